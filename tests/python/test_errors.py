@@ -1,0 +1,90 @@
+"""Malformed calls raise with the name of the argument at fault."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import hopattn
+from hopattn._ctypes_api import Backend, DType, ForwardOptions, Status, Tensor
+from hopattn._lib import library
+
+
+def qkv(q_shape, kv_shape, dtype=np.float32):
+    return (np.zeros(q_shape, dtype), np.zeros(kv_shape, dtype), np.zeros(kv_shape, dtype))
+
+
+def test_head_dim_mismatch_names_head_dim():
+    q, k, v = qkv((1, 8, 2, 64), (1, 8, 2, 128))
+    with pytest.raises(hopattn.InvalidArgumentError, match="head_dim") as err:
+        hopattn.attention(q, k, v)
+    assert err.value.status == hopattn.Status.INVALID_ARGUMENT
+    assert isinstance(err.value, ValueError) and isinstance(err.value, hopattn.HopattnError)
+
+
+def test_heads_not_divisible_names_heads():
+    q, k, v = qkv((1, 8, 6, 64), (1, 8, 4, 64))
+    with pytest.raises(hopattn.InvalidArgumentError, match="heads"):
+        hopattn.attention(q, k, v)
+
+
+def test_batch_mismatch_names_batch():
+    q, k, v = qkv((2, 8, 2, 64), (1, 8, 2, 64))
+    with pytest.raises(hopattn.InvalidArgumentError, match="batch"):
+        hopattn.attention(q, k, v)
+
+
+def test_dtype_mismatch_names_dtype():
+    q, k, v = qkv((1, 8, 2, 64), (1, 8, 2, 64))
+    with pytest.raises(hopattn.InvalidArgumentError, match="dtype"):
+        hopattn.attention(q, k.astype(np.float16), v)
+
+
+def test_unsupported_numpy_dtype():
+    q, k, v = qkv((1, 8, 2, 64), (1, 8, 2, 64), np.float64)
+    with pytest.raises(TypeError, match="q: dtype float64"):
+        hopattn.attention(q, k, v)
+
+
+def test_wrong_rank():
+    q, k, v = qkv((8, 2, 64), (1, 8, 2, 64))
+    with pytest.raises(ValueError, match="q: expected 4 dimensions"):
+        hopattn.attention(q, k, v)
+
+
+def test_not_an_array():
+    q, k, v = qkv((1, 8, 2, 64), (1, 8, 2, 64))
+    with pytest.raises(TypeError, match="v: expected a numpy.ndarray"):
+        hopattn.attention(q, k, [[1.0]])
+
+
+def test_zero_scale_is_refused():
+    q, k, v = qkv((1, 8, 2, 64), (1, 8, 2, 64))
+    with pytest.raises(ValueError, match="scale"):
+        hopattn.attention(q, k, v, scale=0.0)
+
+
+def test_unknown_backend_name():
+    with pytest.raises(ValueError, match="allowed: cpu, sm90"):
+        hopattn.backend_available("tpu")
+
+
+@pytest.mark.skipif(hopattn.backend_available("sm90"), reason="a Hopper GPU is visible here")
+def test_sm90_unavailable_is_reported():
+    # Through the raw ABI, since attention() picks SM90 only for CUDA tensors.
+    x = np.zeros((1, 8, 2, 64), np.float16)
+    t = Tensor(x.ctypes.data, DType.FLOAT16, 1, 8, 2, 64, 8 * 2 * 64, 2 * 64, 64)
+    o = Tensor(np.empty_like(x).ctypes.data, DType.FLOAT16, 1, 8, 2, 64, 8 * 2 * 64, 2 * 64, 64)
+    options = library().hopattn_default_forward_options()
+    options.backend = Backend.SM90
+    status = library().hopattn_forward(ctypes.byref(t), ctypes.byref(t), ctypes.byref(t),
+                                       ctypes.byref(o), None, ctypes.byref(options))
+    assert status == Status.BACKEND_UNAVAILABLE
+    assert library().hopattn_last_error().decode()
+
+
+def test_default_options_mirror_the_header():
+    options = library().hopattn_default_forward_options()
+    assert isinstance(options, ForwardOptions)
+    assert (options.causal, options.softmax_scale, options.backend, options.cuda_stream) == (
+        0, 0.0, Backend.AUTO, None)

@@ -1,0 +1,89 @@
+"""hopattn.attention on PyTorch tensors: CPU tensors on the CPU backend, CUDA on SM90.
+
+torch is optional: these tests skip, saying why, where it is not importable.
+"""
+
+import numpy as np
+import pytest
+
+import hopattn
+from conftest import ATOL
+from numpy_reference import attention_reference
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed; its bindings go untested")
+
+TORCH_DTYPES = [pytest.param(torch.float32, id="float32"), pytest.param(torch.float16, id="float16"),
+                pytest.param(torch.bfloat16, id="bfloat16")]
+
+
+def as_float64(t):
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+def check(out, lse, q, k, v, causal):
+    ref_o, ref_lse = attention_reference(as_float64(q), as_float64(k), as_float64(v), causal)
+    assert out.dtype == q.dtype and out.device == q.device and out.shape == q.shape
+    atol = ATOL[str(q.dtype).removeprefix("torch.")]
+    np.testing.assert_allclose(as_float64(out), ref_o, rtol=0, atol=atol)
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_allclose(as_float64(lse)[finite], ref_lse[finite], rtol=1e-5, atol=1e-4)
+
+
+def random_qkv(shape_q, shape_kv, dtype, device):
+    gen = torch.Generator().manual_seed(7)
+    return tuple(torch.randn(s, generator=gen).to(device, dtype) for s in (shape_q, shape_kv, shape_kv))
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cpu_tensors(dtype, causal):
+    q, k, v = random_qkv((2, 30, 4, 64), (2, 45, 2, 64), dtype, "cpu")
+    out, lse = hopattn.attention(q, k, v, causal=causal, return_lse=True)
+    assert lse.dtype == torch.float32 and lse.shape == (2, 4, 30)
+    check(out, lse, q, k, v, causal)
+
+
+def test_cpu_packed_qkv_view():
+    qkv = torch.randn(1, 24, 3, 2, 64)
+    q, k, v = qkv.unbind(2)
+    out, lse = hopattn.attention(q, k, v, causal=True, return_lse=True)
+    check(out, lse, q, k, v, causal=True)
+
+
+def test_device_mismatch_is_refused():
+    q, k, v = random_qkv((1, 8, 2, 64), (1, 8, 2, 64), torch.float32, "cpu")
+    with pytest.raises(TypeError, match="k: expected a torch.Tensor"):
+        hopattn.attention(q, k.numpy(), v)
+
+
+def hopper_skip_reason():
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to PyTorch"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return f"CUDA device is sm_{''.join(map(str, torch.cuda.get_device_capability()))}, not Hopper"
+    if not hopattn.backend_available("sm90"):
+        return "this libhopattn build has no SM90 backend: " + hopattn.build_info()
+    return None
+
+
+requires_hopper = pytest.mark.skipif(hopper_skip_reason() is not None,
+                                     reason=str(hopper_skip_reason()))
+
+
+@requires_hopper
+@pytest.mark.parametrize("dtype", TORCH_DTYPES[1:])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_cuda_tensors(dtype, causal, head_dim):
+    q, k, v = random_qkv((2, 300, 8, head_dim), (2, 257, 2, head_dim), dtype, "cuda")
+    out, lse = hopattn.attention(q, k, v, causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    check(out, lse, q, k, v, causal)
+
+
+@requires_hopper
+def test_cuda_head_dim_must_be_contiguous():
+    q = torch.randn(1, 16, 2, 128, device="cuda", dtype=torch.float16)[..., ::2]
+    k = v = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="q: head_dim must be contiguous"):
+        hopattn.attention(q, k, v)
