@@ -1,0 +1,83 @@
+// The online softmax over register fragments: a running max and sum per query row, updated once per
+// key block, and the final normalisation. The scalar rules are core/softmax_math.hpp's, shared with
+// the CPU backend.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "core/softmax_math.hpp"
+#include "sm90/kernel/wgmma.hpp"
+
+namespace hopattn::sm90 {
+
+using namespace cute;
+
+// The four threads of a quad hold the columns of the same rows of a WGMMA accumulator.
+template <class Op>
+__device__ __forceinline__ float quad_allreduce(float value, Op op) {
+  value = op(value, __shfl_xor_sync(0xffffffff, value, 1));
+  return op(value, __shfl_xor_sync(0xffffffff, value, 2));
+}
+
+template <int kRows>
+using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
+
+template <int kRows>
+struct OnlineSoftmax {
+  // Per-thread row statistics. row_sum holds this thread's partial sum; the quad's partials are
+  // combined once at the end since every step rescales them by the same factor.
+  RowVector<kRows> row_max, row_sum;
+  float scale_log2;
+
+  __device__ explicit OnlineSoftmax(float softmax_scale) : scale_log2(scale_log2_of(softmax_scale)) {
+    fill(row_max, -INFINITY);
+    fill(row_sum, 0.f);
+  }
+
+  // Turns the scores into P = exp(scale * (S - max)) in place, and rescales the output
+  // accumulator for the new row maxima.
+  template <class TensorS, class TensorO>
+  __device__ __forceinline__ void step(TensorS& scores, TensorO& output) {
+    Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
+    Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
+    static_assert(decltype(size<0>(s))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float block_max = -INFINITY;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) block_max = fmaxf(block_max, s(r, c));
+      block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
+      const float new_max = fmaxf(row_max(r), block_max);
+      const float rescale = rescale_factor(row_max(r), new_max, scale_log2);
+      row_max(r) = new_max;
+      const float scaled_max = scaled_row_max(new_max, scale_log2);
+      float block_sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        s(r, c) = softmax_numerator(s(r, c), scale_log2, scaled_max);
+        block_sum += s(r, c);
+      }
+      row_sum(r) = row_sum(r) * rescale + block_sum;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale;
+    }
+  }
+
+  // Divides the output by the row sums and returns, per row, the log-sum-exp (natural log).
+  template <class TensorO>
+  __device__ __forceinline__ RowVector<kRows> finalize(TensorO& output, float softmax_scale) {
+    Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
+    RowVector<kRows> lse;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_allreduce(row_sum(r), [](float a, float b) { return a + b; });
+      const float inverse = inverse_row_sum(sum);
+      lse(r) = row_log_sum_exp(row_max(r), sum, softmax_scale);
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= inverse;
+    }
+    return lse;
+  }
+};
+
+}  // namespace hopattn::sm90

@@ -1,0 +1,35 @@
+// Tile sizes per head_dim: the one place that trades registers against shared memory.
+//
+// Each consumer warpgroup holds, per thread, the output accumulator (64 x head_dim / 128 floats),
+// the scores (64 x kBlockN / 128 floats) and P as 16-bit pairs (half of the scores' registers), under
+// the 240 registers that setmaxnreg gives two consumer warpgroups. Shared memory holds Q
+// (kBlockM x head_dim) and kStages buffers of K and of V (kBlockN x head_dim each), under 227 KB.
+//
+//   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V
+//   64        128 x 128          2       32 + 64 + 32           16 + 32 + 32 =  80 KB
+//   128       128 x 128          2       64 + 64 + 32           32 + 64 + 64 = 160 KB
+//   256       128 x  80          2      128 + 40 + 20           64 + 80 + 80 = 224 KB
+//
+// head_dim 256 is bound by shared memory: kBlockN = 80 is the largest multiple of 16 for which
+// two stages of K and V fit beside Q.
+#pragma once
+
+namespace hopattn::sm90 {
+
+template <int kHeadDim>
+struct TileSize;
+
+template <>
+struct TileSize<64> {
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+};
+template <>
+struct TileSize<128> {
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+};
+template <>
+struct TileSize<256> {
+  static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
+};
+
+}  // namespace hopattn::sm90
