@@ -1,0 +1,100 @@
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "bench_device.hpp"
+
+namespace hopattn::bench {
+namespace {
+
+// Owns one device allocation; the benchmark's buffers are freed on every exit path.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  ~DeviceBuffer() { cudaFree(ptr); }
+};
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+};
+
+struct Stream {
+  cudaStream_t stream = nullptr;
+  ~Stream() { cudaStreamDestroy(stream); }
+};
+
+bool failed(cudaError_t err, const char* what, TimedRun& run) {
+  if (err == cudaSuccess) return false;
+  run.status = HOPATTN_ERROR_CUDA;
+  run.error = std::string(what) + ": " + cudaGetErrorString(err);
+  return true;
+}
+
+template <class T>
+bool upload(const std::vector<T>& host, DeviceBuffer& device, TimedRun& run) {
+  const size_t bytes = host.size() * sizeof(T);
+  return !failed(cudaMalloc(&device.ptr, bytes), "cudaMalloc", run) &&
+         !failed(cudaMemcpy(device.ptr, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy",
+                 run);
+}
+
+template <class T>
+bool download(const DeviceBuffer& device, std::vector<T>& host, TimedRun& run) {
+  return !failed(cudaMemcpy(host.data(), device.ptr, host.size() * sizeof(T),
+                            cudaMemcpyDeviceToHost),
+                 "cudaMemcpy", run);
+}
+
+}  // namespace
+
+TimedRun time_on_sm90(HostTensors& tensors, const hopattn_forward_options& host_options,
+                      int warmup, int iters) {
+  TimedRun run;
+  DeviceBuffer q, k, v, o, lse;
+  Events events;
+  Stream stream;
+  if (!upload(tensors.q, q, run) || !upload(tensors.k, k, run) || !upload(tensors.v, v, run) ||
+      !upload(tensors.o, o, run) || !upload(tensors.lse, lse, run) ||
+      failed(cudaStreamCreateWithFlags(&stream.stream, cudaStreamNonBlocking), "stream", run) ||
+      failed(cudaEventCreate(&events.start), "cudaEventCreate", run) ||
+      failed(cudaEventCreate(&events.stop), "cudaEventCreate", run))
+    return run;
+
+  hopattn_tensor tq = tensors.tq, tk = tensors.tk, tv = tensors.tv, to = tensors.to;
+  tq.data = q.ptr;
+  tk.data = k.ptr;
+  tv.data = v.ptr;
+  to.data = o.ptr;
+  hopattn_forward_options options = host_options;
+  options.cuda_stream = stream.stream;
+  for (int i = 0; i < warmup + iters; ++i) {
+    if (failed(cudaEventRecord(events.start, stream.stream), "cudaEventRecord", run)) return run;
+    run.status = hopattn_forward(&tq, &tk, &tv, &to, static_cast<float*>(lse.ptr), &options);
+    if (run.status != HOPATTN_OK) {
+      run.error = hopattn_last_error();
+      return run;
+    }
+    float ms = 0.f;
+    if (failed(cudaEventRecord(events.stop, stream.stream), "cudaEventRecord", run) ||
+        failed(cudaEventSynchronize(events.stop), "kernel", run) ||
+        failed(cudaEventElapsedTime(&ms, events.start, events.stop), "cudaEventElapsedTime", run))
+      return run;
+    if (i >= warmup) run.times_ms.push_back(ms);
+  }
+  if (download(o, tensors.o, run)) download(lse, tensors.lse, run);
+  return run;
+}
+
+std::string cuda_device_name() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return "unknown GPU";
+  return prop.name;
+}
+
+}  // namespace hopattn::bench

@@ -1,0 +1,228 @@
+#include "bench_options.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "bench_run.hpp"
+
+namespace hopattn::bench {
+namespace {
+
+// The main job, one per backend: a long-context forward on the GPU, and a problem that
+// finishes in about a second per run on a small CPU.
+struct BackendDefaults {
+  int64_t batch, seqlen, heads, head_dim;
+  int warmup, iters;
+};
+constexpr BackendDefaults kSm90Defaults{2, 8192, 16, 128, 3, 20};
+constexpr BackendDefaults kCpuDefaults{1, 2048, 16, 128, 1, 5};
+const std::vector<int64_t> kSweepSeqlens{1024, 2048, 4096};
+
+// What the command line said; unset fields take the backend's defaults.
+struct Raw {
+  std::vector<int64_t> batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim;
+  std::vector<hopattn_dtype> dtype;
+  bool causal = false;
+  float scale = 0.f;
+  hopattn_backend backend = HOPATTN_BACKEND_AUTO;
+  int iters = 0;
+};
+
+[[noreturn]] void fail(const std::string& option, const std::string& what) {
+  throw UsageError{option + ": " + what};
+}
+
+std::vector<std::string> split_list(const std::string& option, const std::string& value) {
+  std::vector<std::string> items;
+  std::stringstream stream(value);
+  for (std::string item; std::getline(stream, item, ',');) {
+    if (item.empty()) fail(option, "empty item in list '" + value + "'");
+    items.push_back(item);
+  }
+  if (items.empty()) fail(option, "needs a value");
+  return items;
+}
+
+int64_t parse_positive(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || errno != 0 || value <= 0)
+    fail(option, "must be a positive integer, got '" + text + "'");
+  return value;
+}
+
+std::vector<int64_t> parse_positive_list(const std::string& option, const std::string& value) {
+  std::vector<int64_t> values;
+  for (const std::string& item : split_list(option, value))
+    values.push_back(parse_positive(option, item));
+  return values;
+}
+
+hopattn_dtype parse_dtype(const std::string& option, const std::string& text) {
+  if (text == "fp32") return HOPATTN_DTYPE_FLOAT32;
+  if (text == "bf16") return HOPATTN_DTYPE_BFLOAT16;
+  if (text == "fp16") return HOPATTN_DTYPE_FLOAT16;
+  fail(option, "'" + text + "' is not one of fp32, bf16, fp16");
+}
+
+hopattn_backend parse_backend(const std::string& option, const std::string& text) {
+  if (text == "auto") return HOPATTN_BACKEND_AUTO;
+  if (text == "cpu") return HOPATTN_BACKEND_CPU;
+  if (text == "sm90") return HOPATTN_BACKEND_SM90;
+  fail(option, "'" + text + "' is not one of auto, cpu, sm90");
+}
+
+float parse_scale(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  const float value = std::strtof(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(value > 0.f) || value == HUGE_VALF)
+    fail(option, "must be a positive finite number, got '" + text + "'");
+  return value;
+}
+
+// Every case: the product of the listed values. Without --seqlen-k each case's seqlen_k is
+// its seqlen_q; --sweep adds the default sequence lengths and both mask modes.
+std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep) {
+  const hopattn_backend backend =
+      raw.backend != HOPATTN_BACKEND_AUTO ? raw.backend
+      : sm90_runnable()                   ? HOPATTN_BACKEND_SM90
+                                          : HOPATTN_BACKEND_CPU;
+  const BackendDefaults& d = backend == HOPATTN_BACKEND_SM90 ? kSm90Defaults : kCpuDefaults;
+  auto or_default = [](const std::vector<int64_t>& given, std::vector<int64_t> fallback) {
+    return given.empty() ? fallback : given;
+  };
+  const auto seqlens_q = or_default(raw.seqlen_q, sweep ? kSweepSeqlens : std::vector{d.seqlen});
+  const auto dtypes = raw.dtype.empty() ? std::vector{HOPATTN_DTYPE_BFLOAT16} : raw.dtype;
+  std::vector<bool> causal_modes{raw.causal};
+  if (sweep && !raw.causal) causal_modes = {false, true};
+
+  std::vector<CaseSpec> cases;
+  for (int64_t batch : or_default(raw.batch, {d.batch}))
+    for (int64_t heads : or_default(raw.heads, {d.heads}))
+      for (int64_t head_dim : or_default(raw.head_dim, {d.head_dim}))
+        for (hopattn_dtype dtype : dtypes)
+          for (int64_t seqlen_q : seqlens_q)
+            for (int64_t seqlen_k : or_default(raw.seqlen_k, {seqlen_q}))
+              for (int64_t heads_kv : or_default(raw.heads_kv, {heads}))
+                for (bool causal : causal_modes) {
+                  CaseSpec c;
+                  c.batch = batch;
+                  c.seqlen_q = seqlen_q;
+                  c.seqlen_k = seqlen_k;
+                  c.heads_q = heads;
+                  c.heads_kv = heads_kv;
+                  c.head_dim = head_dim;
+                  c.dtype = dtype;
+                  c.causal = causal;
+                  c.scale = raw.scale;
+                  c.backend = backend;
+                  c.warmup = d.warmup;
+                  c.iters = raw.iters > 0 ? raw.iters : d.iters;
+                  cases.push_back(c);
+                }
+  return cases;
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  Raw raw;
+  for (int i = 1; i < argc; ++i) {
+    std::string option = argv[i], value;
+    bool has_value = false;
+    if (const auto eq = option.find('='); option.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = option.substr(eq + 1);
+      option = option.substr(0, eq);
+      has_value = true;
+    }
+    auto next = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) fail(option, "needs a value");
+      return argv[++i];
+    };
+    auto flag = [&] {
+      if (has_value) fail(option, "takes no value");
+      return true;
+    };
+    if (option == "--help" || option == "-h") options.help = flag();
+    else if (option == "--sweep") options.sweep = flag();
+    else if (option == "--causal") raw.causal = flag();
+    else if (option == "--batch") raw.batch = parse_positive_list(option, next());
+    else if (option == "--seqlen-q") raw.seqlen_q = parse_positive_list(option, next());
+    else if (option == "--seqlen-k") raw.seqlen_k = parse_positive_list(option, next());
+    else if (option == "--heads") raw.heads = parse_positive_list(option, next());
+    else if (option == "--heads-kv") raw.heads_kv = parse_positive_list(option, next());
+    else if (option == "--head-dim") raw.head_dim = parse_positive_list(option, next());
+    else if (option == "--iters") raw.iters = static_cast<int>(parse_positive(option, next()));
+    else if (option == "--scale") raw.scale = parse_scale(option, next());
+    else if (option == "--backend") raw.backend = parse_backend(option, next());
+    else if (option == "--json") {
+      options.json_path = next();
+      if (options.json_path.empty()) fail(option, "needs a file name");
+    } else if (option == "--dtype") {
+      raw.dtype.clear();
+      for (const std::string& item : split_list(option, next()))
+        raw.dtype.push_back(parse_dtype(option, item));
+    } else {
+      fail(option, "unknown option (see --help)");
+    }
+  }
+  if (!options.help) options.cases = expand_cases(raw, options.sweep);
+  return options;
+}
+
+const char* help_text() {
+  return R"(usage: hopattn-bench [options]
+
+Times hopattn_forward and checks sampled output rows against a float64 reference.
+Without options it runs the main job on the best available backend:
+  sm90 (a Hopper GPU is visible): bf16, batch 2, seqlen 8192, heads 16, head_dim 128
+  cpu  (otherwise):               bf16, batch 1, seqlen 2048, heads 16, head_dim 128
+Inputs are N(0,1). Time is the median over --iters runs after warm-up runs (3 on sm90,
+timed with CUDA events; 1 on cpu, timed with steady_clock). Exit status: 0 all cases pass,
+1 a case failed its check or produced NaN, 2 bad options, 3 the backend refused a case.
+
+options (those marked LIST take comma-separated values; every combination is run):
+  --batch LIST          batch size
+  --seqlen-q LIST       query sequence length
+  --seqlen-k LIST       key/value sequence length (default: equal to seqlen-q)
+  --heads LIST          query heads
+  --heads-kv LIST       key/value heads, dividing --heads (default: equal to heads)
+  --head-dim LIST       head dimension
+  --dtype LIST          fp32, bf16 or fp16 (default bf16)
+  --causal              bottom-right aligned causal mask
+  --scale X             softmax scale > 0 (default 1/sqrt(head_dim))
+  --backend NAME        auto, cpu or sm90 (default auto: sm90 if available, else cpu)
+  --iters N             timed runs per case (default 20 on sm90, 5 on cpu)
+  --sweep               seqlen 1024, 2048, 4096 (unless --seqlen-q is given), each with and
+                        without the causal mask (only with it if --causal is given);
+                        progress on stderr
+  --json FILE           also write every case's parameters, times, FLOPs and errors, with
+                        the host, build, version, git commit and command line, to FILE
+  -h, --help            this text
+)";
+}
+
+const char* dtype_name(hopattn_dtype dtype) {
+  switch (dtype) {
+    case HOPATTN_DTYPE_FLOAT32: return "fp32";
+    case HOPATTN_DTYPE_BFLOAT16: return "bf16";
+    case HOPATTN_DTYPE_FLOAT16: return "fp16";
+  }
+  return "?";
+}
+
+const char* backend_name(hopattn_backend backend) {
+  switch (backend) {
+    case HOPATTN_BACKEND_AUTO: return "auto";
+    case HOPATTN_BACKEND_CPU: return "cpu";
+    case HOPATTN_BACKEND_SM90: return "sm90";
+  }
+  return "?";
+}
+
+}  // namespace hopattn::bench

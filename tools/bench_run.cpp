@@ -1,0 +1,258 @@
+#include "bench_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "bench_device.hpp"
+#include "core/causal_mask.hpp"
+#include "core/problem.hpp"
+#include "cpu/reference.hpp"
+
+namespace hopattn::bench {
+namespace {
+
+constexpr int kSampledRows = 64;
+constexpr double kLseTolerance = 1e-3;  // natural-log units; LSE is float32 for every dtype
+constexpr uint64_t kSeed = 20240711;
+
+size_t element_size(hopattn_dtype dtype) { return dtype == HOPATTN_DTYPE_FLOAT32 ? 4 : 2; }
+
+// float -> bfloat16, round to nearest even (NaN stays NaN).
+uint16_t to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if (std::isnan(x)) return 0x7fc0;
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t bits = uint32_t{h} << 16;
+  float x;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+void store(hopattn_dtype dtype, float x, unsigned char* dst) {
+  if (dtype == HOPATTN_DTYPE_FLOAT32) {
+    std::memcpy(dst, &x, 4);
+  } else if (dtype == HOPATTN_DTYPE_BFLOAT16) {
+    const uint16_t h = to_bf16(x);
+    std::memcpy(dst, &h, 2);
+  } else {
+    const _Float16 h = static_cast<_Float16>(x);  // IEEE binary16, round to nearest even
+    std::memcpy(dst, &h, 2);
+  }
+}
+
+float load(hopattn_dtype dtype, const unsigned char* src) {
+  if (dtype == HOPATTN_DTYPE_FLOAT32) {
+    float x;
+    std::memcpy(&x, src, 4);
+    return x;
+  }
+  uint16_t h;
+  std::memcpy(&h, src, 2);
+  if (dtype == HOPATTN_DTYPE_BFLOAT16) return from_bf16(h);
+  _Float16 f;
+  std::memcpy(&f, &h, 2);
+  return static_cast<float>(f);
+}
+
+// A packed (batch, seqlen, heads, head_dim) tensor in `storage`, N(0,1) when `rng` is given.
+hopattn_tensor make_tensor(const CaseSpec& s, int64_t seqlen, int64_t heads,
+                           std::vector<unsigned char>& storage, std::mt19937_64* rng) {
+  const size_t count = static_cast<size_t>(s.batch * seqlen * heads * s.head_dim);
+  const size_t size = element_size(s.dtype);
+  storage.assign(count * size, 0);
+  if (rng) {
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (size_t i = 0; i < count; ++i) store(s.dtype, normal(*rng), storage.data() + i * size);
+  }
+  hopattn_tensor t{};
+  t.data = storage.data();
+  t.dtype = s.dtype;
+  t.batch = s.batch;
+  t.seqlen = seqlen;
+  t.heads = heads;
+  t.head_dim = s.head_dim;
+  t.head_stride = s.head_dim;
+  t.seq_stride = heads * s.head_dim;
+  t.batch_stride = seqlen * heads * s.head_dim;
+  return t;
+}
+
+HostTensors make_tensors(const CaseSpec& s) {
+  HostTensors t;
+  std::mt19937_64 rng(kSeed);
+  t.tq = make_tensor(s, s.seqlen_q, s.heads_q, t.q, &rng);
+  t.tk = make_tensor(s, s.seqlen_k, s.heads_kv, t.k, &rng);
+  t.tv = make_tensor(s, s.seqlen_k, s.heads_kv, t.v, &rng);
+  t.to = make_tensor(s, s.seqlen_q, s.heads_q, t.o, nullptr);
+  t.lse.assign(static_cast<size_t>(s.batch * s.heads_q * s.seqlen_q), 0.f);
+  return t;
+}
+
+Strides strides_of(const hopattn_tensor& t) { return {t.batch_stride, t.seq_stride, t.head_stride}; }
+
+// The problem the reference reads: the case's host tensors with the resolved scale.
+AttentionProblem problem_of(const CaseSpec& s, HostTensors& t) {
+  AttentionProblem p;
+  p.dtype = s.dtype;
+  p.batch = s.batch;
+  p.seqlen_q = s.seqlen_q;
+  p.seqlen_k = s.seqlen_k;
+  p.heads_q = s.heads_q;
+  p.heads_kv = s.heads_kv;
+  p.head_dim = s.head_dim;
+  p.q = t.q.data();
+  p.k = t.k.data();
+  p.v = t.v.data();
+  p.o = t.o.data();
+  p.lse = t.lse.data();
+  p.q_stride = strides_of(t.tq);
+  p.k_stride = strides_of(t.tk);
+  p.v_stride = strides_of(t.tv);
+  p.o_stride = strides_of(t.to);
+  p.causal = s.causal;
+  p.softmax_scale = s.scale > 0 ? s.scale : 1.f / std::sqrt(static_cast<float>(s.head_dim));
+  return p;
+}
+
+// kSampledRows (batch, head, row) triples evenly spaced over all rows in that order, so they
+// cover every batch and head and many positions, and always include the first and last row.
+std::vector<RowIndex> sample_rows(const CaseSpec& s) {
+  const int64_t total = s.batch * s.heads_q * s.seqlen_q;
+  const int64_t n = std::min<int64_t>(kSampledRows, total);
+  std::vector<RowIndex> rows;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t flat = n == 1 ? 0 : i * (total - 1) / (n - 1);
+    rows.push_back({flat / (s.heads_q * s.seqlen_q), flat / s.seqlen_q % s.heads_q,
+                    flat % s.seqlen_q});
+  }
+  return rows;
+}
+
+void check_against_reference(const CaseSpec& s, HostTensors& t, CaseResult& r) {
+  const AttentionProblem problem = problem_of(s, t);
+  const std::vector<RowIndex> rows = sample_rows(s);
+  std::vector<double> ref_o, ref_lse;
+  reference_rows(problem, rows, ref_o, ref_lse);
+
+  const size_t size = element_size(s.dtype);
+  double err2 = 0, ref2 = 0, lse_err = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowIndex& row = rows[i];
+    const int64_t offset = row.batch * t.to.batch_stride + row.row * t.to.seq_stride +
+                           row.head * t.to.head_stride;
+    for (int64_t d = 0; d < s.head_dim; ++d) {
+      const double got = load(s.dtype, t.o.data() + (offset + d) * size);
+      const double want = ref_o[i * s.head_dim + d];
+      err2 += (got - want) * (got - want);
+      ref2 += want * want;
+    }
+    const double got_lse = t.lse[lse_offset(problem, row.batch, row.head, row.row)];
+    if (std::isinf(ref_lse[i]))
+      lse_err = std::max(lse_err, std::isinf(got_lse) && got_lse < 0 ? 0.0 : INFINITY);
+    else
+      lse_err = std::max(lse_err, std::abs(got_lse - ref_lse[i]));
+  }
+  r.sampled_rows = static_cast<int64_t>(rows.size());
+  r.rmse = std::sqrt(err2 / static_cast<double>(rows.size() * s.head_dim));
+  // Every sampled row masked out: the reference is all zero and so must the output be.
+  r.rel_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  r.lse_max_abs_error = lse_err;
+  const size_t count = t.o.size() / size;
+  for (size_t i = 0; i < count && !r.output_has_nan; ++i)
+    r.output_has_nan = std::isnan(load(s.dtype, t.o.data() + i * size));
+  r.pass = !r.output_has_nan && r.rel_error <= rel_error_tolerance(s.dtype) &&
+           r.lse_max_abs_error <= kLseTolerance;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+TimedRun time_on_host(HostTensors& t, const hopattn_forward_options& options, int warmup,
+                      int iters) {
+  TimedRun run;
+  for (int i = 0; i < warmup + iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run.status = hopattn_forward(&t.tq, &t.tk, &t.tv, &t.to, t.lse.data(), &options);
+    const auto stop = std::chrono::steady_clock::now();
+    if (run.status != HOPATTN_OK) {
+      run.error = hopattn_last_error();
+      return run;
+    }
+    if (i >= warmup) run.times_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+  }
+  return run;
+}
+
+double rel_error_tolerance(hopattn_dtype dtype) {
+  switch (dtype) {
+    case HOPATTN_DTYPE_FLOAT32: return 1e-4;
+    case HOPATTN_DTYPE_FLOAT16: return 5e-3;
+    case HOPATTN_DTYPE_BFLOAT16: return 2e-2;
+  }
+  return 0.0;
+}
+
+bool sm90_runnable() {
+#ifdef HOPATTN_HAVE_CUDA
+  return hopattn_backend_available(HOPATTN_BACKEND_SM90) != 0;
+#else
+  return false;
+#endif
+}
+
+std::string device_name(hopattn_backend backend) {
+#ifdef HOPATTN_HAVE_CUDA
+  if (backend == HOPATTN_BACKEND_SM90) return cuda_device_name();
+#endif
+  (void)backend;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+CaseResult run_case(const CaseSpec& spec) {
+  CaseResult r;
+  r.spec = spec;
+  HostTensors tensors = make_tensors(spec);
+  const AttentionProblem problem = problem_of(spec, tensors);
+  r.flops = problem.flops();
+
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.causal = spec.causal ? 1 : 0;
+  options.softmax_scale = spec.scale;
+  options.backend = spec.backend;
+  TimedRun run;
+  if (spec.backend == HOPATTN_BACKEND_CPU) {
+    run = time_on_host(tensors, options, spec.warmup, spec.iters);
+  } else {
+#ifdef HOPATTN_HAVE_CUDA
+    run = time_on_sm90(tensors, options, spec.warmup, spec.iters);
+#else
+    run.status = HOPATTN_ERROR_BACKEND_UNAVAILABLE;
+    run.error = "hopattn-bench was built without the CUDA runtime (HOPATTN_ENABLE_CUDA=OFF)";
+#endif
+  }
+  r.status = run.status;
+  r.error = run.error;
+  r.times_ms = run.times_ms;
+  r.median_ms = median(run.times_ms);
+  if (r.status == HOPATTN_OK) check_against_reference(spec, tensors, r);
+  return r;
+}
+
+}  // namespace hopattn::bench
