@@ -1,6 +1,7 @@
 // The mainloop, split by role. The producer (one thread) brings Q once and streams K and V blocks
 // into a kStages-deep shared-memory ring with TMA. The consumer warpgroups compute S = Q K^T, the
-// online softmax and O += P V for each key block, releasing each buffer as soon as its GEMM retires.
+// online softmax and O += P V for each key block, releasing each buffer as soon as its GEMM retires;
+// the softmax of one block overlaps the P V GEMM of the block before.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -94,29 +95,50 @@ struct Mainloop {
     clear(output);
 
     const int unmasked_end = mask.unmasked_key_block_end(tile.m_block);
+    PipelineState& k_state = read_state;
+    PipelineState v_state = read_state;  // V trails K by one block: P of the previous block waits for it
     shared.q_full.wait(0);
 
-    auto step = [&](int n_block, auto needs_mask) {
-      Tensor scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
-      k_pipeline.consumer_wait(read_state);
-      warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/true>(mma_qk, tSrQ, tSrK(_, _, _, read_state.index()),
-                                                       scores);
-      k_pipeline.consumer_release(read_state);
-      if constexpr (decltype(needs_mask)::value) mask.apply(scores, tScS, tile.m_block, n_block);
-      softmax.step(scores, output);
-
-      Tensor p = convert_fragment<Element>(scores);
-      Tensor tOrP = make_tensor(p.data(), accumulator_as_operand_a(p.layout()));
-      v_pipeline.consumer_wait(read_state);
-      warpgroup_gemm</*kZeroInit=*/false, /*kWait=*/true>(mma_pv, tOrP,
-                                                        tOrVt(_, _, _, read_state.index()), output);
-      v_pipeline.consumer_release(read_state);
-      ++read_state;
-    };
-
+    // The first block has nothing to overlap with; it may cross the sequence end or the diagonal.
     int n_block = key_block_end - 1;
-    for (; n_block >= unmasked_end; --n_block) step(n_block, cute::true_type{});
-    for (; n_block >= 0; --n_block) step(n_block, cute::false_type{});
+    Tensor scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    k_pipeline.consumer_wait(k_state);
+    warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), scores);
+    k_pipeline.consumer_release(k_state);
+    ++k_state;
+    if (n_block >= unmasked_end) mask.apply(scores, tScS, tile.m_block, n_block);
+    softmax.step(scores);  // the output is still zero: nothing to rescale
+    Tensor p = convert_fragment<Element>(scores);
+
+    // Two stages in flight per warpgroup: S = Q K^T of this block is issued together with O += P V
+    // of the previous one, so the softmax of this block runs while the tensor cores do P V.
+    auto overlapped_step = [&](int n_block, auto needs_mask) {
+      Tensor next_scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      k_pipeline.consumer_wait(k_state);
+      warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), next_scores);
+      v_pipeline.consumer_wait(v_state);
+      Tensor tOrP = make_tensor(p.data(), accumulator_as_operand_a(p.layout()));
+      warpgroup_gemm<false, false>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
+      warpgroup_wait<1>();  // S retired; P V may still run
+      warpgroup_fence_operand(next_scores);
+      k_pipeline.consumer_release(k_state);
+      ++k_state;
+      if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.m_block, n_block);
+      const auto rescale = softmax.step(next_scores);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(output);
+      v_pipeline.consumer_release(v_state);
+      ++v_state;
+      OnlineSoftmax<kRows>::rescale_output(output, rescale);
+      p = convert_fragment<Element>(next_scores);
+    };
+    for (--n_block; n_block >= unmasked_end; --n_block) overlapped_step(n_block, cute::true_type{});
+    for (; n_block >= 0; --n_block) overlapped_step(n_block, cute::false_type{});
+
+    v_pipeline.consumer_wait(v_state);
+    Tensor tOrP = make_tensor(p.data(), accumulator_as_operand_a(p.layout()));
+    warpgroup_gemm<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
+    v_pipeline.consumer_release(v_state);
 
     lse = softmax.finalize(output, params.softmax_scale);
   }

@@ -34,13 +34,13 @@ struct OnlineSoftmax {
     fill(row_sum, 0.f);
   }
 
-  // Turns the scores into P = exp(scale * (S - max)) in place, and rescales the output
-  // accumulator for the new row maxima.
-  template <class TensorS, class TensorO>
-  __device__ __forceinline__ void step(TensorS& scores, TensorO& output) {
+  // Turns the scores into P = exp(scale * (S - max)) in place and returns, per row, the factor by
+  // which the output accumulated so far must be rescaled for the new row maxima.
+  template <class TensorS>
+  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
-    Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
+    RowVector<kRows> rescale;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       float block_max = -INFINITY;
@@ -48,7 +48,7 @@ struct OnlineSoftmax {
       for (int c = 0; c < size<1>(s); ++c) block_max = fmaxf(block_max, s(r, c));
       block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
       const float new_max = fmaxf(row_max(r), block_max);
-      const float rescale = rescale_factor(row_max(r), new_max, scale_log2);
+      rescale(r) = rescale_factor(row_max(r), new_max, scale_log2);
       row_max(r) = new_max;
       const float scaled_max = scaled_row_max(new_max, scale_log2);
       float block_sum = 0.f;
@@ -57,9 +57,18 @@ struct OnlineSoftmax {
         s(r, c) = softmax_numerator(s(r, c), scale_log2, scaled_max);
         block_sum += s(r, c);
       }
-      row_sum(r) = row_sum(r) * rescale + block_sum;
+      row_sum(r) = row_sum(r) * rescale(r) + block_sum;
+    }
+    return rescale;
+  }
+
+  template <class TensorO>
+  __device__ __forceinline__ static void rescale_output(TensorO& output, RowVector<kRows> const& rescale) {
+    Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale;
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale(r);
     }
   }
 
