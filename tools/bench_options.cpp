@@ -207,7 +207,7 @@ options (those marked LIST take comma-separated values; every combination is run
 )";
 }
 
-const char* dtype_name(hopattn_dtype dtype) {
+const char* dtype_label(hopattn_dtype dtype) {
   switch (dtype) {
     case HOPATTN_DTYPE_FLOAT32: return "fp32";
     case HOPATTN_DTYPE_BFLOAT16: return "bf16";
@@ -216,7 +216,7 @@ const char* dtype_name(hopattn_dtype dtype) {
   return "?";
 }
 
-const char* backend_name(hopattn_backend backend) {
+const char* backend_label(hopattn_backend backend) {
   switch (backend) {
     case HOPATTN_BACKEND_AUTO: return "auto";
     case HOPATTN_BACKEND_CPU: return "cpu";

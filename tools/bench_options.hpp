@@ -35,7 +35,7 @@ struct UsageError {
 };
 
 const char* help_text();
-const char* dtype_name(hopattn_dtype dtype);
-const char* backend_name(hopattn_backend backend);
+const char* dtype_label(hopattn_dtype dtype);
+const char* backend_label(hopattn_backend backend);
 
 }  // namespace hopattn::bench

@@ -53,7 +53,7 @@ std::string json_string(const std::string& s) { return "\"" + json_escape(s) + "
 std::string json_number(double x) {
   if (!std::isfinite(x)) return "null";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
+  std::snprintf(buf, sizeof buf, "%.15g", x);
   return buf;
 }
 
@@ -83,7 +83,7 @@ std::string host_name() {
 }  // namespace
 
 std::string case_label(const CaseSpec& s) {
-  return std::string(backend_name(s.backend)) + " " + dtype_name(s.dtype) + " " + shape_of(s) +
+  return std::string(backend_label(s.backend)) + " " + dtype_label(s.dtype) + " " + shape_of(s) +
          (s.causal ? " causal" : "");
 }
 
@@ -98,13 +98,13 @@ void print_header(std::FILE* out, const std::vector<CaseSpec>& cases) {
 void print_row(std::FILE* out, const CaseResult& r) {
   const CaseSpec& s = r.spec;
   if (r.status != HOPATTN_OK) {
-    std::fprintf(out, "%-7s %-30s %-5s %-6s  %s: %s\n", backend_name(s.backend),
-                 shape_of(s).c_str(), dtype_name(s.dtype), s.causal ? "yes" : "no",
+    std::fprintf(out, "%-7s %-30s %-5s %-6s  %s: %s\n", backend_label(s.backend),
+                 shape_of(s).c_str(), dtype_label(s.dtype), s.causal ? "yes" : "no",
                  hopattn_status_name(r.status), r.error.c_str());
     return;
   }
   std::fprintf(out, "%-7s %-30s %-5s %-6s %10.3f %15s %9.2e %9.2e  %s\n",
-               backend_name(s.backend), shape_of(s).c_str(), dtype_name(s.dtype),
+               backend_label(s.backend), shape_of(s).c_str(), dtype_label(s.dtype),
                s.causal ? "yes" : "no", r.median_ms, throughput(r).c_str(), r.rel_error, r.rmse,
                r.pass ? "PASS" : r.output_has_nan ? "FAIL (NaN)" : "FAIL");
   std::fflush(out);
@@ -141,9 +141,9 @@ void write_json(const std::string& path, const std::vector<CaseResult>& results,
   for (size_t i = 0; i < results.size(); ++i) {
     const CaseResult& r = results[i];
     const CaseSpec& s = r.spec;
-    out << (i ? "," : "") << "\n    {\"backend\": " << json_string(backend_name(s.backend))
+    out << (i ? "," : "") << "\n    {\"backend\": " << json_string(backend_label(s.backend))
         << ", \"device\": " << json_string(device_name(s.backend))
-        << ", \"dtype\": " << json_string(dtype_name(s.dtype)) << ", \"batch\": " << s.batch
+        << ", \"dtype\": " << json_string(dtype_label(s.dtype)) << ", \"batch\": " << s.batch
         << ", \"seqlen_q\": " << s.seqlen_q << ", \"seqlen_k\": " << s.seqlen_k
         << ", \"heads_q\": " << s.heads_q << ", \"heads_kv\": " << s.heads_kv
         << ", \"head_dim\": " << s.head_dim << ", \"causal\": " << (s.causal ? "true" : "false")

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "bench_device.hpp"
-#include "core/causal_mask.hpp"
+#include "core/dtype.hpp"
 #include "core/problem.hpp"
 #include "cpu/reference.hpp"
 
@@ -19,55 +19,25 @@ constexpr int kSampledRows = 64;
 constexpr double kLseTolerance = 1e-3;  // natural-log units; LSE is float32 for every dtype
 constexpr uint64_t kSeed = 20240711;
 
-size_t element_size(hopattn_dtype dtype) { return dtype == HOPATTN_DTYPE_FLOAT32 ? 4 : 2; }
-
-// float -> bfloat16, round to nearest even (NaN stays NaN).
-uint16_t to_bf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if (std::isnan(x)) return 0x7fc0;
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float from_bf16(uint16_t h) {
-  const uint32_t bits = uint32_t{h} << 16;
-  float x;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
-
 void store(hopattn_dtype dtype, float x, unsigned char* dst) {
-  if (dtype == HOPATTN_DTYPE_FLOAT32) {
-    std::memcpy(dst, &x, 4);
-  } else if (dtype == HOPATTN_DTYPE_BFLOAT16) {
-    const uint16_t h = to_bf16(x);
-    std::memcpy(dst, &h, 2);
-  } else {
-    const _Float16 h = static_cast<_Float16>(x);  // IEEE binary16, round to nearest even
-    std::memcpy(dst, &h, 2);
-  }
+  visit_dtype(dtype, [&](auto element) {
+    const auto value = from_float<decltype(element)>(x);
+    std::memcpy(dst, &value, sizeof value);
+  });
 }
 
 float load(hopattn_dtype dtype, const unsigned char* src) {
-  if (dtype == HOPATTN_DTYPE_FLOAT32) {
-    float x;
-    std::memcpy(&x, src, 4);
-    return x;
-  }
-  uint16_t h;
-  std::memcpy(&h, src, 2);
-  if (dtype == HOPATTN_DTYPE_BFLOAT16) return from_bf16(h);
-  _Float16 f;
-  std::memcpy(&f, &h, 2);
-  return static_cast<float>(f);
+  return visit_dtype(dtype, [&](auto element) {
+    std::memcpy(&element, src, sizeof element);
+    return to_float(element);
+  });
 }
 
 // A packed (batch, seqlen, heads, head_dim) tensor in `storage`, N(0,1) when `rng` is given.
 hopattn_tensor make_tensor(const CaseSpec& s, int64_t seqlen, int64_t heads,
                            std::vector<unsigned char>& storage, std::mt19937_64* rng) {
   const size_t count = static_cast<size_t>(s.batch * seqlen * heads * s.head_dim);
-  const size_t size = element_size(s.dtype);
+  const size_t size = static_cast<size_t>(element_size(s.dtype));
   storage.assign(count * size, 0);
   if (rng) {
     std::normal_distribution<float> normal(0.f, 1.f);
@@ -143,7 +113,7 @@ void check_against_reference(const CaseSpec& s, HostTensors& t, CaseResult& r) {
   std::vector<double> ref_o, ref_lse;
   reference_rows(problem, rows, ref_o, ref_lse);
 
-  const size_t size = element_size(s.dtype);
+  const size_t size = static_cast<size_t>(element_size(s.dtype));
   double err2 = 0, ref2 = 0, lse_err = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowIndex& row = rows[i];

@@ -64,6 +64,12 @@ def test_zero_scale_is_refused():
         hopattn.attention(q, k, v, scale=0.0)
 
 
+def test_negative_scale_is_refused_by_the_library():
+    q, k, v = qkv((1, 8, 2, 64), (1, 8, 2, 64))
+    with pytest.raises(hopattn.InvalidArgumentError, match="softmax_scale"):
+        hopattn.attention(q, k, v, scale=-1.0)
+
+
 def test_unknown_backend_name():
     with pytest.raises(ValueError, match="allowed: cpu, sm90"):
         hopattn.backend_available("tpu")
