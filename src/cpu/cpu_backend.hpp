@@ -8,7 +8,13 @@
 
 namespace hopattn::cpu {
 
+// Any dtype; head_dim up to kMaxHeadDim, a bound that keeps a query block's float32 tiles
+// (Q, O, and a K and V block) within a core's L2 cache.
+constexpr int64_t kMaxHeadDim = 512;
+
 bool supports(hopattn_dtype dtype, int64_t head_dim);
+// Threads a forward call runs on: the caller plus a pool sized to the hardware.
+int worker_count();
 hopattn_status forward(const AttentionProblem& problem);
 
 }  // namespace hopattn::cpu

@@ -1,0 +1,83 @@
+// hopattn for C++: a header-only layer over the C ABI of hopattn.h that throws instead of
+// returning statuses. It adds no behaviour: every call is one C call.
+//
+//   auto q = hopattn::Tensor::contiguous(q_ptr, HOPATTN_DTYPE_BFLOAT16, batch, seqlen, heads, 128);
+//   ...
+//   hopattn::ForwardOptions options;
+//   options.causal = true;
+//   hopattn::forward(q, k, v, o, lse, options);  // throws hopattn::Error on failure
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "hopattn/hopattn.h"
+
+namespace hopattn {
+
+// A failed call: what() is hopattn_last_error(), status() the C status.
+class Error : public std::runtime_error {
+ public:
+  Error(hopattn_status status, const std::string& message)
+      : std::runtime_error(message), status_(status) {}
+  hopattn_status status() const noexcept { return status_; }
+
+ private:
+  hopattn_status status_;
+};
+
+// A (batch, seqlen, heads, head_dim) view of memory the caller owns; strides in elements.
+struct Tensor {
+  hopattn_tensor raw{};
+
+  Tensor() = default;
+  Tensor(void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen, int64_t heads,
+         int64_t head_dim, int64_t batch_stride, int64_t seq_stride, int64_t head_stride)
+      : raw{data, dtype, batch, seqlen, heads, head_dim, batch_stride, seq_stride, head_stride} {}
+
+  // Densely packed in (batch, seqlen, heads, head_dim) order.
+  static Tensor contiguous(void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen,
+                           int64_t heads, int64_t head_dim) {
+    return Tensor(data, dtype, batch, seqlen, heads, head_dim, seqlen * heads * head_dim,
+                  heads * head_dim, head_dim);
+  }
+};
+
+struct ForwardOptions {
+  bool causal = false;
+  float softmax_scale = 0.f;  // 0: 1/sqrt(head_dim)
+  hopattn_backend backend = HOPATTN_BACKEND_AUTO;
+  void* cuda_stream = nullptr;  // cudaStream_t for the SM90 backend
+
+  hopattn_forward_options to_c() const {
+    hopattn_forward_options options = hopattn_default_forward_options();
+    options.causal = causal ? 1 : 0;
+    options.softmax_scale = softmax_scale;
+    options.backend = backend;
+    options.cuda_stream = cuda_stream;
+    return options;
+  }
+};
+
+inline void check(hopattn_status status) {
+  if (status != HOPATTN_OK) throw Error(status, hopattn_last_error());
+}
+
+// O = softmax(Q K^T * scale) V; lse, when given, receives (batch, heads_q, seqlen_q) float32.
+inline void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o,
+                    float* lse = nullptr, const ForwardOptions& options = {}) {
+  const hopattn_forward_options c_options = options.to_c();
+  check(hopattn_forward(&q.raw, &k.raw, &v.raw, &o.raw, lse, &c_options));
+}
+
+inline std::string version() { return hopattn_version(); }
+inline std::string build_info() { return hopattn_build_info(); }
+inline bool backend_available(hopattn_backend backend) {
+  return hopattn_backend_available(backend) != 0;
+}
+inline bool backend_supports(hopattn_backend backend, hopattn_dtype dtype, int64_t head_dim) {
+  return hopattn_backend_supports(backend, dtype, head_dim) != 0;
+}
+
+}  // namespace hopattn

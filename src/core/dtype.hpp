@@ -1,0 +1,143 @@
+// The element types of hopattn_dtype and their conversions to and from float, shared by the
+// CPU backend, the float64 reference and the tests. Bit-exact and header-only, with no CUDA
+// headers, so host and device code convert identically:
+//   float -> bfloat16 and float -> float16 round to nearest even; NaN stays NaN (quiet),
+//   infinities stay infinite, float16 subnormals are produced and read exactly.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/host_device.hpp"
+#include "hopattn/hopattn.h"
+
+namespace hopattn {
+
+struct bfloat16 {
+  uint16_t bits;
+};
+struct float16 {
+  uint16_t bits;
+};
+
+HOPATTN_HOST_DEVICE uint32_t bits_of(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+HOPATTN_HOST_DEVICE float float_of_bits(uint32_t bits) {
+  float value;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+HOPATTN_HOST_DEVICE float to_float(float value) { return value; }
+
+HOPATTN_HOST_DEVICE float to_float(bfloat16 value) {
+  return float_of_bits(static_cast<uint32_t>(value.bits) << 16);
+}
+
+// Branch-free so that a loop converting a block of K or V vectorises.
+HOPATTN_HOST_DEVICE float to_float(float16 value) {
+  const uint32_t sign = static_cast<uint32_t>(value.bits & 0x8000u) << 16;
+  const uint32_t magnitude = value.bits & 0x7fffu;
+  // Subnormal: mantissa * 2^-24, exact in float (a normal float, so no denormal arithmetic).
+  const uint32_t subnormal = bits_of(static_cast<float>(magnitude) * 0x1p-24f);
+  // Normal: rebias the exponent from 15 to 127.
+  const uint32_t normal = (magnitude << 13) + ((127u - 15u) << 23);
+  const uint32_t inf_or_nan = (magnitude << 13) | 0x7f800000u;
+  const uint32_t bits = magnitude < 0x0400u ? subnormal : magnitude >= 0x7c00u ? inf_or_nan : normal;
+  return float_of_bits(sign | bits);
+}
+
+template <class Element>
+HOPATTN_HOST_DEVICE Element from_float(float value);
+
+template <>
+HOPATTN_HOST_DEVICE float from_float<float>(float value) {
+  return value;
+}
+
+template <>
+HOPATTN_HOST_DEVICE bfloat16 from_float<bfloat16>(float value) {
+  const uint32_t bits = bits_of(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((bits >> 16) | 0x0040u)};
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return {static_cast<uint16_t>((bits + rounding) >> 16)};
+}
+
+template <>
+HOPATTN_HOST_DEVICE float16 from_float<float16>(float value) {
+  const uint32_t bits = bits_of(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) {  // NaN: keep the top payload bits, force quiet
+    return {static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x03ffu))};
+  }
+  // 65520 = 65504 + half an ulp: from there on, round-to-nearest-even gives infinity.
+  if (magnitude >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};
+  const uint32_t exponent = magnitude >> 23;
+  if (exponent >= 113) {  // a normal float16: drop 13 mantissa bits, rounding to nearest even
+    const uint32_t half = ((exponent - 112) << 10) | ((magnitude >> 13) & 0x03ffu);
+    const uint32_t rest = magnitude & 0x1fffu;
+    const uint32_t round_up = rest > 0x1000u || (rest == 0x1000u && (half & 1u));
+    return {static_cast<uint16_t>(sign | (half + round_up))};  // a carry may make it normal-next
+  }
+  // A float16 subnormal (or zero): the value in units of 2^-24 is mantissa >> (126 - exponent).
+  const uint32_t shift = 126 - exponent;
+  if (shift > 24) return {sign};  // below 2^-25: rounds to zero
+  const uint32_t mantissa = (magnitude & 0x007fffffu) | (exponent ? 0x00800000u : 0u);
+  const uint32_t half = mantissa >> shift;
+  const uint32_t rest = mantissa & ((1u << shift) - 1u);
+  const uint32_t halfway = 1u << (shift - 1);
+  const uint32_t round_up = rest > halfway || (rest == halfway && (half & 1u));
+  return {static_cast<uint16_t>(sign | (half + round_up))};  // 0x400 is the smallest normal
+}
+
+// The storage type of each hopattn_dtype.
+template <hopattn_dtype kDtype>
+struct ElementOf;
+template <>
+struct ElementOf<HOPATTN_DTYPE_FLOAT32> {
+  using type = float;
+};
+template <>
+struct ElementOf<HOPATTN_DTYPE_BFLOAT16> {
+  using type = bfloat16;
+};
+template <>
+struct ElementOf<HOPATTN_DTYPE_FLOAT16> {
+  using type = float16;
+};
+
+HOPATTN_HOST_DEVICE bool is_valid_dtype(int dtype) {
+  return dtype == HOPATTN_DTYPE_FLOAT32 || dtype == HOPATTN_DTYPE_BFLOAT16 ||
+         dtype == HOPATTN_DTYPE_FLOAT16;
+}
+
+HOPATTN_HOST_DEVICE int64_t element_size(hopattn_dtype dtype) {
+  return dtype == HOPATTN_DTYPE_FLOAT32 ? 4 : 2;
+}
+
+inline const char* dtype_name(hopattn_dtype dtype) {
+  switch (dtype) {
+    case HOPATTN_DTYPE_FLOAT32: return "float32";
+    case HOPATTN_DTYPE_BFLOAT16: return "bfloat16";
+    case HOPATTN_DTYPE_FLOAT16: return "float16";
+  }
+  return "unknown";
+}
+
+// Calls fn(Element{}) with the storage type of `dtype`, which must be valid.
+template <class Fn>
+decltype(auto) visit_dtype(hopattn_dtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case HOPATTN_DTYPE_BFLOAT16: return fn(bfloat16{});
+    case HOPATTN_DTYPE_FLOAT16: return fn(float16{});
+    case HOPATTN_DTYPE_FLOAT32: break;
+  }
+  return fn(float{});
+}
+
+}  // namespace hopattn

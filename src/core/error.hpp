@@ -1,0 +1,17 @@
+// The thread-local "last error" behind hopattn_last_error(). Every layer reports failures the
+// same way: `return set_error(status, message);`, so the status and its explanation never part.
+#pragma once
+
+#include <string>
+
+#include "hopattn/hopattn.h"
+
+namespace hopattn {
+
+// Records `message` as this thread's last error and returns `status` unchanged.
+hopattn_status set_error(hopattn_status status, std::string message);
+void clear_error();
+// Valid until the next set_error or clear_error on this thread.
+const char* last_error();
+
+}  // namespace hopattn

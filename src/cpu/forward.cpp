@@ -1,0 +1,237 @@
+// The CPU forward pass: the algorithm of the SM90 kernel on float32 tiles. Each task owns one
+// (batch, head, block of kBlockM query rows); it converts its Q block once, then streams K and
+// V in blocks of kBlockN keys through S = Q K^T, the mask, the online-softmax update of
+// core/softmax_math.hpp and O += P V, skipping key blocks the causal mask hides from every row
+// of the block, and normalises once at the end.
+//
+// The score tile is kept transposed (keys x queries): S^T = K Q^T reads K rows as they are in
+// memory, and the per-query-row softmax statistics become lane-wise vector operations over
+// eight query rows at a time, with no horizontal reductions.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/causal_mask.hpp"
+#include "core/dtype.hpp"
+#include "core/softmax_math.hpp"
+#include "cpu/cpu_backend.hpp"
+#include "cpu/thread_pool.hpp"
+#include "cpu/tiles.hpp"
+
+// One build of the per-task code for AVX2 + FMA and one for the baseline, chosen when the
+// library loads (GNU ifunc), so the library runs on any x86-64 and uses FMA where it exists.
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define HOPATTN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HOPATTN_CPU_CLONES
+#endif
+
+namespace hopattn::cpu {
+namespace {
+
+constexpr int64_t kBlockM = 96;  // query rows per task
+constexpr int64_t kBlockN = 64;  // keys per step
+// Register tiles: S^T = K Q^T in 4 keys x 24 queries, O += P V in 6 queries x 16 head dims.
+constexpr int kScoreRows = 4, kScoreVecs = 3;
+constexpr int kOutputRows = 6, kOutputVecs = 2;
+constexpr int64_t kScorePanel = kScoreVecs * kLanes;
+static_assert(kBlockM % kScorePanel == 0 && kBlockM % kOutputRows == 0);
+static_assert(kBlockN % kScoreRows == 0 && kPadFloats % (kOutputVecs * kLanes) == 0);
+
+// One thread's tiles, kept across tasks and calls.
+struct Workspace {
+  AlignedFloats q_t;  // head_dim x kBlockM: the query block, transposed
+  AlignedFloats k;    // kBlockN x head_dim
+  AlignedFloats v;    // kBlockN x padded head_dim
+  AlignedFloats s_t;  // kBlockN x kBlockM: scores, then probabilities
+  AlignedFloats o;    // kBlockM x padded head_dim: the unnormalised output
+  AlignedFloats row_max, row_sum, rescale, scaled_max;  // kBlockM each
+
+  void reserve(int64_t head_dim, int64_t padded_head_dim) {
+    q_t.reserve(head_dim * kBlockM);
+    k.reserve(kBlockN * head_dim);
+    v.reserve(kBlockN * padded_head_dim);
+    s_t.reserve(kBlockN * kBlockM);
+    o.reserve(kBlockM * padded_head_dim);
+    for (AlignedFloats* stats : {&row_max, &row_sum, &rescale, &scaled_max}) stats->reserve(kBlockM);
+  }
+};
+
+Workspace& thread_workspace() {
+  thread_local Workspace workspace;
+  return workspace;
+}
+
+struct Task {
+  int64_t batch, head, block;
+};
+
+// Highest query blocks first: under the causal mask they see the most keys, and the end of the
+// schedule is better filled with short tasks.
+Task task_of(const AttentionProblem& p, int64_t index) {
+  const int64_t heads = p.batch * p.heads_q;
+  const int64_t blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t batch_head = index % heads;
+  return {batch_head / p.heads_q, batch_head % p.heads_q, blocks - 1 - index / heads};
+}
+
+HOPATTN_ALWAYS_INLINE int64_t row_offset(const Strides& s, int64_t batch, int64_t row, int64_t head) {
+  return batch * s.batch + row * s.seq + head * s.head;
+}
+
+template <class Element>
+HOPATTN_ALWAYS_INLINE void convert_row(const Element* src, float* dst, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = to_float(src[i]);
+}
+
+// Query rows [m0, m0 + rows) transposed into q_t, zero in the padded columns up to `columns`
+// so that their scores stay finite.
+template <class Element>
+HOPATTN_ALWAYS_INLINE void load_query_block(const AttentionProblem& p, const Task& t, int64_t m0,
+                                            int64_t rows, int64_t columns, float* q_t) {
+  const int64_t d = p.head_dim;
+  for (int64_t i = 0; i < rows; ++i) {
+    const Element* src =
+        static_cast<const Element*>(p.q) + row_offset(p.q_stride, t.batch, m0 + i, t.head);
+    for (int64_t c = 0; c < d; ++c) q_t[c * kBlockM + i] = to_float(src[c]);
+  }
+  for (int64_t c = 0; c < d; ++c) std::fill(q_t + c * kBlockM + rows, q_t + c * kBlockM + columns, 0.f);
+}
+
+// Keys [n0, n0 + keys) of K into rows of `k` (zero rows up to `k_rows`), and of V into rows
+// of `v` padded with zeros to `padded_d` columns.
+template <class Element>
+HOPATTN_ALWAYS_INLINE void load_key_block(const AttentionProblem& p, int64_t batch, int64_t kv_head,
+                                          int64_t n0, int64_t keys, int64_t k_rows,
+                                          int64_t padded_d, float* k, float* v) {
+  const int64_t d = p.head_dim;
+  const auto* k_src = static_cast<const Element*>(p.k);
+  const auto* v_src = static_cast<const Element*>(p.v);
+  for (int64_t j = 0; j < keys; ++j) {
+    convert_row(k_src + row_offset(p.k_stride, batch, n0 + j, kv_head), k + j * d, d);
+    convert_row(v_src + row_offset(p.v_stride, batch, n0 + j, kv_head), v + j * padded_d, d);
+    std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
+  }
+  std::fill(k + keys * d, k + k_rows * d, 0.f);
+}
+
+// The online-softmax step for the key block in s_t (keys x columns, query rows in the lanes):
+// masks scores past each row's last visible key, updates the running max and sum, leaves the
+// numerators P in s_t and the factor that rescales each output row in `rescale`.
+HOPATTN_ALWAYS_INLINE void online_softmax_step(const AttentionProblem& p, int64_t m0, int64_t n0,
+                                               int64_t keys, int64_t columns, float scale_log2,
+                                               Workspace& ws) {
+  float* s_t = ws.s_t.data();
+  float* row_max = ws.row_max.data();
+  float* row_sum = ws.row_sum.data();
+  float* rescale = ws.rescale.data();
+  float* scaled_max = ws.scaled_max.data();
+  for (int64_t c = 0; c < columns; c += kLanes) {
+    VecInt key_end;  // visible keys of each lane's row, relative to this block
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t end = visible_key_end(p.causal, m0 + c + l, p.seqlen_q, p.seqlen_k) - n0;
+      key_end[l] = static_cast<int32_t>(std::clamp<int64_t>(end, 0, keys));
+    }
+    Vec block_max = splat(-INFINITY);
+    for (int64_t j = 0; j < keys; ++j) {
+      float* s = s_t + j * kBlockM + c;
+      const Vec score = static_cast<int32_t>(j) < key_end ? load(s) : splat(-INFINITY);
+      store(s, score);
+      block_max = max(block_max, score);
+    }
+    for (int l = 0; l < kLanes; ++l) {
+      const float old_max = row_max[c + l];
+      const float new_max = std::max(old_max, block_max[l]);
+      scaled_max[c + l] = scaled_row_max(new_max, scale_log2);
+      rescale[c + l] = rescale_factor(old_max, new_max, scale_log2);
+      row_max[c + l] = new_max;
+    }
+    // softmax_numerator, eight rows at a time: exp2(score * scale_log2 - scaled_max).
+    const Vec lane_scaled_max = load(scaled_max + c);
+    Vec sum = Vec{};
+    for (int64_t j = 0; j < keys; ++j) {
+      float* s = s_t + j * kBlockM + c;
+      const Vec numerator = exp2(load(s) * scale_log2 - lane_scaled_max);
+      store(s, numerator);
+      sum += numerator;
+    }
+    store(row_sum + c, load(row_sum + c) * load(rescale + c) + sum);
+  }
+}
+
+template <class Element>
+HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const Task& t, Workspace& ws) {
+  const int64_t d = p.head_dim;
+  const int64_t padded_d = round_up(d, kPadFloats);
+  const int64_t m0 = t.block * kBlockM;
+  const int64_t rows = std::min(kBlockM, p.seqlen_q - m0);
+  const int64_t score_columns = round_up(rows, kScorePanel);
+  const int64_t output_rows = round_up(rows, kOutputRows);
+  const int64_t kv_head = t.head / p.heads_per_kv_head();
+  const float scale_log2 = scale_log2_of(p.softmax_scale);
+
+  ws.reserve(d, padded_d);
+  float* o = ws.o.data();
+  load_query_block<Element>(p, t, m0, rows, score_columns, ws.q_t.data());
+  std::fill(ws.row_max.data(), ws.row_max.data() + score_columns, -INFINITY);
+  std::fill(ws.row_sum.data(), ws.row_sum.data() + score_columns, 0.f);
+  std::fill(o, o + output_rows * padded_d, 0.f);
+
+  // Keys from here on are hidden from every row of the block, the last row seeing the most.
+  const int64_t key_limit = visible_key_end(p.causal, m0 + rows - 1, p.seqlen_q, p.seqlen_k);
+  for (int64_t n0 = 0; n0 < key_limit; n0 += kBlockN) {
+    const int64_t keys = std::min(kBlockN, key_limit - n0);
+    const int64_t score_rows = round_up(keys, kScoreRows);
+    load_key_block<Element>(p, t.batch, kv_head, n0, keys, score_rows, padded_d, ws.k.data(),
+                            ws.v.data());
+    gemm<kScoreRows, kScoreVecs, false>(ws.k.data(), d, 1, ws.q_t.data(), kBlockM, ws.s_t.data(),
+                                        kBlockM, score_rows, score_columns, d);
+    online_softmax_step(p, m0, n0, keys, score_columns, scale_log2, ws);
+    for (int64_t i = 0; i < output_rows; ++i) {
+      const float factor = ws.rescale.data()[i];
+      if (factor == 1.f) continue;
+      for (int64_t c = 0; c < padded_d; c += kLanes) store(o + i * padded_d + c, load(o + i * padded_d + c) * factor);
+    }
+    gemm<kOutputRows, kOutputVecs, true>(ws.s_t.data(), 1, kBlockM, ws.v.data(), padded_d, o,
+                                         padded_d, output_rows, padded_d, keys);
+  }
+
+  for (int64_t i = 0; i < rows; ++i) {
+    const float row_sum = ws.row_sum.data()[i];
+    const float inverse = inverse_row_sum(row_sum);
+    Element* dst = static_cast<Element*>(p.o) + row_offset(p.o_stride, t.batch, m0 + i, t.head);
+    for (int64_t c = 0; c < d; ++c) dst[c] = from_float<Element>(o[i * padded_d + c] * inverse);
+    if (p.lse != nullptr) {
+      p.lse[lse_offset(p, t.batch, t.head, m0 + i)] =
+          row_log_sum_exp(ws.row_max.data()[i], row_sum, p.softmax_scale);
+    }
+  }
+}
+
+HOPATTN_CPU_CLONES void run_task(const AttentionProblem& p, int64_t index) {
+  const Task task = task_of(p, index);
+  Workspace& ws = thread_workspace();
+  // A switch rather than visit_dtype: a lambda would be a separate function, outside the clone.
+  switch (p.dtype) {
+    case HOPATTN_DTYPE_FLOAT32: attend_query_block<float>(p, task, ws); break;
+    case HOPATTN_DTYPE_BFLOAT16: attend_query_block<bfloat16>(p, task, ws); break;
+    case HOPATTN_DTYPE_FLOAT16: attend_query_block<float16>(p, task, ws); break;
+  }
+}
+
+}  // namespace
+
+bool supports(hopattn_dtype dtype, int64_t head_dim) {
+  return is_valid_dtype(dtype) && head_dim >= 1 && head_dim <= kMaxHeadDim;
+}
+
+int worker_count() { return ThreadPool::instance().thread_count(); }
+
+hopattn_status forward(const AttentionProblem& problem) {
+  const int64_t blocks = (problem.seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t tasks = blocks * problem.batch * problem.heads_q;
+  ThreadPool::instance().parallel_for(tasks, [&problem](int64_t index) { run_task(problem, index); });
+  return HOPATTN_OK;
+}
+
+}  // namespace hopattn::cpu

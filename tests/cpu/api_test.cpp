@@ -1,0 +1,193 @@
+// The C API's informational entry points and the C++ header, through libhopattn.so.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu/reference.hpp"
+#include "hopattn/hopattn.hpp"
+#include "test_support.hpp"
+
+namespace hopattn::test {
+namespace {
+
+TEST(Api, VersionIsTheProjectVersion) { EXPECT_STREQ(hopattn_version(), HOPATTN_EXPECTED_VERSION); }
+
+TEST(Api, BuildInfoHasOneLinePerBackend) {
+  const std::string info = hopattn_build_info();
+  const size_t newline = info.find('\n');
+  ASSERT_NE(newline, std::string::npos) << info;
+  EXPECT_EQ(info.rfind("cpu: ", 0), 0u) << info;
+  EXPECT_NE(info.find("head_dim 1-512"), std::string::npos) << info;
+  EXPECT_EQ(info.compare(newline + 1, 6, "sm90: "), 0) << info;
+  EXPECT_EQ(info.find('\n', newline + 1), std::string::npos) << info;
+}
+
+TEST(Api, BackendSupports) {
+  for (hopattn_dtype dtype : {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
+    for (int64_t head_dim : {1, 64, 100, 512}) {
+      EXPECT_TRUE(hopattn_backend_supports(HOPATTN_BACKEND_CPU, dtype, head_dim)) << head_dim;
+      EXPECT_TRUE(hopattn_backend_supports(HOPATTN_BACKEND_AUTO, dtype, head_dim)) << head_dim;
+    }
+    EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_CPU, dtype, 0));
+    EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_CPU, dtype, 513));
+    EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_CPU, dtype, -64));
+  }
+  EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_CPU, static_cast<hopattn_dtype>(7), 64));
+  EXPECT_FALSE(hopattn_backend_supports(static_cast<hopattn_backend>(9), HOPATTN_DTYPE_FLOAT32, 64));
+  // No SM90 kernel takes float32 inputs, whether or not the backend is built.
+  EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_SM90, HOPATTN_DTYPE_FLOAT32, 128));
+}
+
+TEST(Api, BackendAvailable) {
+  EXPECT_TRUE(hopattn_backend_available(HOPATTN_BACKEND_CPU));
+  EXPECT_TRUE(hopattn_backend_available(HOPATTN_BACKEND_AUTO));
+  EXPECT_FALSE(hopattn_backend_available(static_cast<hopattn_backend>(9)));
+  const std::string info = hopattn_build_info();
+  if (info.find("sm90: not built") != std::string::npos) {
+    EXPECT_FALSE(hopattn_backend_available(HOPATTN_BACKEND_SM90));
+  }
+}
+
+TEST(Api, StatusNames) {
+  EXPECT_STREQ(hopattn_status_name(HOPATTN_OK), "HOPATTN_OK");
+  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_INVALID_ARGUMENT), "HOPATTN_ERROR_INVALID_ARGUMENT");
+  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_UNSUPPORTED), "HOPATTN_ERROR_UNSUPPORTED");
+  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_BACKEND_UNAVAILABLE), "HOPATTN_ERROR_BACKEND_UNAVAILABLE");
+  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_CUDA), "HOPATTN_ERROR_CUDA");
+  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_INTERNAL), "HOPATTN_ERROR_INTERNAL");
+  EXPECT_STREQ(hopattn_status_name(static_cast<hopattn_status>(42)), "unknown hopattn_status");
+}
+
+TEST(Api, DefaultOptions) {
+  const hopattn_forward_options options = hopattn_default_forward_options();
+  EXPECT_EQ(options.causal, 0);
+  EXPECT_EQ(options.softmax_scale, 0.f);
+  EXPECT_EQ(options.backend, HOPATTN_BACKEND_AUTO);
+  EXPECT_EQ(options.cuda_stream, nullptr);
+}
+
+struct SmallProblem {
+  std::vector<float> q, k, v, o;
+  hopattn_tensor tq{}, tk{}, tv{}, to{};
+
+  explicit SmallProblem(int64_t kv_head_dim = 16) {
+    std::mt19937_64 rng(test_seed());
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    for (std::vector<float>* x : {&q, &k, &v, &o}) {
+      x->resize(2 * 8 * 2 * 16);
+      for (float& value : *x) value = uniform(rng);
+    }
+    tq = {q.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16, 8 * 2 * 16, 2 * 16, 16};
+    tk = {k.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, kv_head_dim, 8 * 2 * 16, 2 * 16, 16};
+    tv = {v.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, kv_head_dim, 8 * 2 * 16, 2 * 16, 16};
+    to = {o.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16, 8 * 2 * 16, 2 * 16, 16};
+  }
+};
+
+TEST(Api, LastErrorIsClearedBySuccess) {
+  SmallProblem bad(8);
+  EXPECT_EQ(hopattn_forward(&bad.tq, &bad.tk, &bad.tv, &bad.to, nullptr, nullptr),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("head_dim"), std::string::npos);
+  SmallProblem good;
+  EXPECT_EQ(hopattn_forward(&good.tq, &good.tk, &good.tv, &good.to, nullptr, nullptr), HOPATTN_OK);
+  EXPECT_STREQ(hopattn_last_error(), "");
+}
+
+TEST(Api, LastErrorIsPerThread) {
+  SmallProblem bad(8);
+  ASSERT_EQ(hopattn_forward(&bad.tq, &bad.tk, &bad.tv, &bad.to, nullptr, nullptr),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  std::string other_thread_error = "unset";
+  std::thread([&] { other_thread_error = hopattn_last_error(); }).join();
+  EXPECT_EQ(other_thread_error, "");
+  EXPECT_STRNE(hopattn_last_error(), "");
+}
+
+TEST(Api, Sm90WithoutTheBackendOrAGpuIsUnavailable) {
+  if (hopattn_backend_available(HOPATTN_BACKEND_SM90)) GTEST_SKIP() << "an SM90 GPU is visible";
+  SmallProblem p;
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.backend = HOPATTN_BACKEND_SM90;
+  EXPECT_EQ(hopattn_forward(&p.tq, &p.tk, &p.tv, &p.to, nullptr, &options),
+            HOPATTN_ERROR_BACKEND_UNAVAILABLE);
+  EXPECT_NE(std::string(hopattn_last_error()).find("SM90"), std::string::npos) << hopattn_last_error();
+}
+
+TEST(CppApi, ContiguousStrides) {
+  float x = 0;
+  const Tensor t = Tensor::contiguous(&x, HOPATTN_DTYPE_FLOAT32, 2, 3, 4, 5);
+  EXPECT_EQ(t.raw.data, &x);
+  EXPECT_EQ(t.raw.dtype, HOPATTN_DTYPE_FLOAT32);
+  EXPECT_EQ(t.raw.batch_stride, 3 * 4 * 5);
+  EXPECT_EQ(t.raw.seq_stride, 4 * 5);
+  EXPECT_EQ(t.raw.head_stride, 5);
+}
+
+TEST(CppApi, ForwardMatchesTheReference) {
+  SmallProblem p;
+  const Tensor q = Tensor::contiguous(p.q.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
+  const Tensor k = Tensor::contiguous(p.k.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
+  const Tensor v = Tensor::contiguous(p.v.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
+  Tensor o = Tensor::contiguous(p.o.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
+  std::vector<float> lse(2 * 2 * 8);
+  ForwardOptions options;
+  options.causal = true;
+  options.softmax_scale = 0.5f;
+  options.backend = HOPATTN_BACKEND_CPU;
+  forward(q, k, v, o, lse.data(), options);
+
+  AttentionProblem problem;
+  problem.dtype = HOPATTN_DTYPE_FLOAT32;
+  problem.batch = 2;
+  problem.seqlen_q = problem.seqlen_k = 8;
+  problem.heads_q = problem.heads_kv = 2;
+  problem.head_dim = 16;
+  problem.q = p.q.data();
+  problem.k = p.k.data();
+  problem.v = p.v.data();
+  problem.q_stride = problem.k_stride = problem.v_stride = {8 * 2 * 16, 2 * 16, 16};
+  problem.causal = true;
+  problem.softmax_scale = 0.5f;
+  std::vector<double> ref_out, ref_lse;
+  reference_forward(problem, ref_out, ref_lse);
+  EXPECT_LE(error_norms(read_output(o.raw), ref_out).relative, relative_tolerance(HOPATTN_DTYPE_FLOAT32));
+  EXPECT_LE(error_norms(std::vector<double>(lse.begin(), lse.end()), ref_lse).max_abs, kLseTolerance);
+}
+
+TEST(CppApi, FailuresThrowErrorWithStatusAndMessage) {
+  SmallProblem p(8);
+  Tensor q{}, k{}, v{}, o{};
+  q.raw = p.tq;
+  k.raw = p.tk;
+  v.raw = p.tv;
+  o.raw = p.to;
+  try {
+    forward(q, k, v, o);
+    FAIL() << "expected hopattn::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), HOPATTN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("k.head_dim is 8 but q.head_dim is 16"), std::string::npos)
+        << e.what();
+  }
+  SmallProblem good;
+  k.raw = good.tk;
+  v.raw = good.tv;
+  ForwardOptions options;
+  options.softmax_scale = -1.f;
+  EXPECT_THROW(forward(q, k, v, o, nullptr, options), std::runtime_error);
+}
+
+TEST(CppApi, VersionAndBuildInfo) {
+  EXPECT_EQ(version(), HOPATTN_EXPECTED_VERSION);
+  EXPECT_EQ(build_info(), hopattn_build_info());
+  EXPECT_TRUE(backend_available(HOPATTN_BACKEND_CPU));
+  EXPECT_TRUE(backend_supports(HOPATTN_BACKEND_CPU, HOPATTN_DTYPE_BFLOAT16, 96));
+}
+
+}  // namespace
+}  // namespace hopattn::test
