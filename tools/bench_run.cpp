@@ -143,6 +143,18 @@ void check_against_reference(const CaseSpec& s, HostTensors& t, CaseResult& r) {
            r.lse_max_abs_error <= kLseTolerance;
 }
 
+std::string sm90_unavailable_reason() {
+#ifdef HOPATTN_HAVE_CUDA
+  const std::string info = hopattn_build_info();
+  const size_t line = info.find("sm90");
+  return "the sm90 backend is unavailable (" +
+         (line == std::string::npos ? info : info.substr(line, info.find('\n', line) - line)) +
+         ")";
+#else
+  return "hopattn-bench was built without the CUDA runtime (no CUDA compiler at configure time)";
+#endif
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -209,12 +221,13 @@ CaseResult run_case(const CaseSpec& spec) {
   TimedRun run;
   if (spec.backend == HOPATTN_BACKEND_CPU) {
     run = time_on_host(tensors, options, spec.warmup, spec.iters);
+  } else if (!sm90_runnable()) {
+    // Said before any device allocation, which would fail with a less useful CUDA error.
+    run.status = HOPATTN_ERROR_BACKEND_UNAVAILABLE;
+    run.error = sm90_unavailable_reason();
   } else {
 #ifdef HOPATTN_HAVE_CUDA
     run = time_on_sm90(tensors, options, spec.warmup, spec.iters);
-#else
-    run.status = HOPATTN_ERROR_BACKEND_UNAVAILABLE;
-    run.error = "hopattn-bench was built without the CUDA runtime (HOPATTN_ENABLE_CUDA=OFF)";
 #endif
   }
   r.status = run.status;
