@@ -35,7 +35,7 @@ constexpr int64_t kBlockN = 64;  // keys per step
 constexpr int kScoreRows = 4, kScoreVecs = 3;
 constexpr int kOutputRows = 6, kOutputVecs = 2;
 constexpr int64_t kScorePanel = kScoreVecs * kLanes;
-static_assert(kBlockM % kScorePanel == 0 && kBlockM % kOutputRows == 0);
+static_assert(kBlockM % kScorePanel == 0 && kScorePanel % kOutputRows == 0);
 static_assert(kBlockN % kScoreRows == 0 && kPadFloats % (kOutputVecs * kLanes) == 0);
 
 // One thread's tiles, kept across tasks and calls.
@@ -98,35 +98,53 @@ HOPATTN_ALWAYS_INLINE void load_query_block(const AttentionProblem& p, const Tas
   for (int64_t c = 0; c < d; ++c) std::fill(q_t + c * kBlockM + rows, q_t + c * kBlockM + columns, 0.f);
 }
 
+template <class Element>
+HOPATTN_ALWAYS_INLINE void prefetch_row(const Element* row, int64_t count) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t offset = 0; offset < count * static_cast<int64_t>(sizeof(Element)); offset += 64) {
+    __builtin_prefetch(bytes + offset, 0, 2);  // into L2: a block of K and V outgrows L1
+  }
+}
+
 // Keys [n0, n0 + keys) of K into rows of `k` (zero rows up to `k_rows`), and of V into rows
-// of `v` padded with zeros to `padded_d` columns.
+// of `v` padded with zeros to `padded_d` columns. Also prefetches the `next_keys` rows of the
+// next block: K and V rows lie a seq_stride apart, usually in different pages, where the
+// hardware prefetchers do not follow, and a block ahead hides their latency behind this
+// block's arithmetic.
 template <class Element>
 HOPATTN_ALWAYS_INLINE void load_key_block(const AttentionProblem& p, int64_t batch, int64_t kv_head,
-                                          int64_t n0, int64_t keys, int64_t k_rows,
-                                          int64_t padded_d, float* k, float* v) {
+                                          int64_t n0, int64_t keys, int64_t next_keys,
+                                          int64_t k_rows, int64_t padded_d, float* k, float* v) {
   const int64_t d = p.head_dim;
   const auto* k_src = static_cast<const Element*>(p.k);
   const auto* v_src = static_cast<const Element*>(p.v);
-  for (int64_t j = 0; j < keys; ++j) {
-    convert_row(k_src + row_offset(p.k_stride, batch, n0 + j, kv_head), k + j * d, d);
-    convert_row(v_src + row_offset(p.v_stride, batch, n0 + j, kv_head), v + j * padded_d, d);
-    std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
+  for (int64_t j = 0; j < std::max(keys, next_keys); ++j) {
+    if (j < next_keys) {
+      prefetch_row(k_src + row_offset(p.k_stride, batch, n0 + keys + j, kv_head), d);
+      prefetch_row(v_src + row_offset(p.v_stride, batch, n0 + keys + j, kv_head), d);
+    }
+    if (j < keys) {
+      convert_row(k_src + row_offset(p.k_stride, batch, n0 + j, kv_head), k + j * d, d);
+      convert_row(v_src + row_offset(p.v_stride, batch, n0 + j, kv_head), v + j * padded_d, d);
+      std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
+    }
   }
   std::fill(k + keys * d, k + k_rows * d, 0.f);
 }
 
-// The online-softmax step for the key block in s_t (keys x columns, query rows in the lanes):
-// masks scores past each row's last visible key, updates the running max and sum, leaves the
-// numerators P in s_t and the factor that rescales each output row in `rescale`.
+// The online-softmax step for the key block in s_t (keys x columns, query rows in the lanes,
+// from first_column on): masks scores past each row's last visible key, updates the running
+// max and sum, leaves the numerators P in s_t and the factor that rescales each output row in
+// `rescale`.
 HOPATTN_ALWAYS_INLINE void online_softmax_step(const AttentionProblem& p, int64_t m0, int64_t n0,
-                                               int64_t keys, int64_t columns, float scale_log2,
-                                               Workspace& ws) {
+                                               int64_t keys, int64_t first_column,
+                                               int64_t columns, float scale_log2, Workspace& ws) {
   float* s_t = ws.s_t.data();
   float* row_max = ws.row_max.data();
   float* row_sum = ws.row_sum.data();
   float* rescale = ws.rescale.data();
   float* scaled_max = ws.scaled_max.data();
-  for (int64_t c = 0; c < columns; c += kLanes) {
+  for (int64_t c = first_column; c < columns; c += kLanes) {
     VecInt key_end;  // visible keys of each lane's row, relative to this block
     for (int l = 0; l < kLanes; ++l) {
       const int64_t end = visible_key_end(p.causal, m0 + c + l, p.seqlen_q, p.seqlen_k) - n0;
@@ -179,21 +197,29 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const T
 
   // Keys from here on are hidden from every row of the block, the last row seeing the most.
   const int64_t key_limit = visible_key_end(p.causal, m0 + rows - 1, p.seqlen_q, p.seqlen_k);
+  int64_t first_row = 0;  // the first row that sees key n0; it only grows with n0
   for (int64_t n0 = 0; n0 < key_limit; n0 += kBlockN) {
     const int64_t keys = std::min(kBlockN, key_limit - n0);
+    const int64_t next_keys = std::min(kBlockN, key_limit - n0 - keys);
     const int64_t score_rows = round_up(keys, kScoreRows);
-    load_key_block<Element>(p, t.batch, kv_head, n0, keys, score_rows, padded_d, ws.k.data(),
-                            ws.v.data());
-    gemm<kScoreRows, kScoreVecs, false>(ws.k.data(), d, 1, ws.q_t.data(), kBlockM, ws.s_t.data(),
-                                        kBlockM, score_rows, score_columns, d);
-    online_softmax_step(p, m0, n0, keys, score_columns, scale_log2, ws);
-    for (int64_t i = 0; i < output_rows; ++i) {
+    while (visible_key_end(p.causal, m0 + first_row, p.seqlen_q, p.seqlen_k) <= n0) ++first_row;
+    // Under the causal mask, the panels of rows that see no key of this block are skipped
+    // throughout: their running max, sum and output stay as they are.
+    const int64_t first = first_row / kScorePanel * kScorePanel;
+    load_key_block<Element>(p, t.batch, kv_head, n0, keys, next_keys, score_rows, padded_d,
+                            ws.k.data(), ws.v.data());
+    gemm<kScoreRows, kScoreVecs, false>(ws.k.data(), d, 1, ws.q_t.data() + first, kBlockM,
+                                        ws.s_t.data() + first, kBlockM, score_rows,
+                                        score_columns - first, d);
+    online_softmax_step(p, m0, n0, keys, first, score_columns, scale_log2, ws);
+    for (int64_t i = first; i < output_rows; ++i) {
       const float factor = ws.rescale.data()[i];
       if (factor == 1.f) continue;
       for (int64_t c = 0; c < padded_d; c += kLanes) store(o + i * padded_d + c, load(o + i * padded_d + c) * factor);
     }
-    gemm<kOutputRows, kOutputVecs, true>(ws.s_t.data(), 1, kBlockM, ws.v.data(), padded_d, o,
-                                         padded_d, output_rows, padded_d, keys);
+    gemm<kOutputRows, kOutputVecs, true>(ws.s_t.data() + first, 1, kBlockM, ws.v.data(), padded_d,
+                                         o + first * padded_d, padded_d, output_rows - first,
+                                         padded_d, keys);
   }
 
   for (int64_t i = 0; i < rows; ++i) {

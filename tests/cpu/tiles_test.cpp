@@ -37,10 +37,11 @@ TEST(Tiles, GemmMatchesScalarProduct) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
   AlignedFloats a, b, c;
-  a.reserve(rows * lda);
+  // A is read row-major (rows x depth) and then column-major (depth x 8), both with stride lda.
+  a.reserve(depth * lda);
   b.reserve(depth * ldb);
   c.reserve(rows * ldc);
-  for (int64_t i = 0; i < rows * lda; ++i) a.data()[i] = uniform(rng);
+  for (int64_t i = 0; i < depth * lda; ++i) a.data()[i] = uniform(rng);
   for (int64_t i = 0; i < depth * ldb; ++i) b.data()[i] = uniform(rng);
   for (int64_t i = 0; i < rows * ldc; ++i) c.data()[i] = uniform(rng);
   std::vector<float> initial(c.data(), c.data() + rows * ldc);
