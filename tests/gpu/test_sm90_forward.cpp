@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,6 +39,8 @@ std::string name_of(const Case& c) {
          std::to_string(c.heads_kv) + "x" + std::to_string(c.group) + "_b" + std::to_string(c.batch) +
          (c.head_padding ? "_strided" : "");
 }
+
+void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
 
 // A device tensor in (batch, seqlen, heads, head_dim) layout with `padding` unused elements after
 // each head vector, filled from N(0, 1) on the host (kept for the reference).
