@@ -21,12 +21,14 @@ template <class Element>
 hopattn_status dispatch_head_dim(AttentionProblem const& problem) {
   switch (problem.head_dim) {
     case 64: return launch_forward<Element, 64>(problem);
+    case 96: return launch_forward<Element, 96>(problem);
     case 128: return launch_forward<Element, 128>(problem);
+    case 192: return launch_forward<Element, 192>(problem);
     case 256: return launch_forward<Element, 256>(problem);
     default:
       return set_error(HOPATTN_ERROR_UNSUPPORTED,
                        "head_dim " + std::to_string(problem.head_dim) +
-                           " is not supported by the sm90 backend (supported: 64, 128, 256)");
+                           " is not supported by the sm90 backend (supported: 64, 96, 128, 192, 256)");
   }
 }
 
@@ -82,7 +84,9 @@ bool built() { return true; }
 
 bool supports(hopattn_dtype dtype, int64_t head_dim) {
   const bool dtype_ok = dtype == HOPATTN_DTYPE_BFLOAT16 || dtype == HOPATTN_DTYPE_FLOAT16;
-  return dtype_ok && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+  const bool head_dim_ok =
+      head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 192 || head_dim == 256;
+  return dtype_ok && head_dim_ok;
 }
 
 bool device_available() {

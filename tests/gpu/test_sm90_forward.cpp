@@ -215,7 +215,7 @@ std::vector<Case> shape_matrix() {
   std::vector<Case> cases;
   int rotation = 0;
   for (hopattn_dtype dtype : {HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
-    for (int64_t head_dim : {64, 128, 256}) {
+    for (int64_t head_dim : {64, 96, 128, 192, 256}) {
       for (bool causal : {false, true}) {
         for (int64_t seqlen : seqlens) {
           const bool long_sequence = seqlen >= 4096;  // keep the float64 reference affordable
@@ -238,7 +238,7 @@ std::vector<Case> shape_matrix() {
   // seqlen_q != seqlen_k, both ways, with and without the causal mask: with seqlen_q > seqlen_k
   // the first rows see no key (O = 0, LSE = -inf).
   for (hopattn_dtype dtype : {HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
-    for (int64_t head_dim : {64, 128, 256}) {
+    for (int64_t head_dim : {64, 96, 128, 192, 256}) {
       for (bool causal : {false, true}) {
         cases.push_back({dtype, head_dim, causal, 300, 77, 2, 2, 1, 0});
         cases.push_back({dtype, head_dim, causal, 77, 300, 1, 8, 2, 16});
@@ -257,6 +257,8 @@ TEST(Sm90Backend, BuildReportsKernels) {
   EXPECT_TRUE(hopattn_backend_supports(HOPATTN_BACKEND_SM90, HOPATTN_DTYPE_BFLOAT16, 128));
   EXPECT_TRUE(hopattn_backend_supports(HOPATTN_BACKEND_SM90, HOPATTN_DTYPE_FLOAT16, 64));
   EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_SM90, HOPATTN_DTYPE_FLOAT32, 128));
+  EXPECT_TRUE(hopattn_backend_supports(HOPATTN_BACKEND_SM90, HOPATTN_DTYPE_BFLOAT16, 96));
+  EXPECT_TRUE(hopattn_backend_supports(HOPATTN_BACKEND_SM90, HOPATTN_DTYPE_FLOAT16, 192));
   EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_SM90, HOPATTN_DTYPE_BFLOAT16, 80));
 }
 

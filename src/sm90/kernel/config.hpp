@@ -28,7 +28,7 @@ struct ForwardConfig {
 
   static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);
   static_assert(kBlockN % 16 == 0, "P.V consumes keys in steps of 16");
-  static_assert(kHeadDim % 64 == 0, "128-byte swizzled rows hold 64 16-bit elements");
+  static_assert(kHeadDim % 32 == 0, "shared-memory rows are built of 64- or 128-byte swizzle atoms");
 
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O += P V
@@ -44,7 +44,10 @@ struct ForwardConfig {
                            GMMA::Major::K, GMMA::Major::MN>(),
       WarpgroupLayout{}));
 
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  // The widest swizzle whose atom row (64 or 32 elements) divides head_dim: bank-conflict-free for
+  // both TMA writes and WGMMA reads.
+  using SmemAtom = conditional_t<kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                                 GMMA::Layout_K_SW64_Atom<Element>>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutO = SmemLayoutQ;  // O is staged in Q's buffer once Q is no longer read
   using SmemLayoutKV = decltype(tile_to_shape(

@@ -7,11 +7,15 @@
 //
 //   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V
 //   64        128 x 128          2       32 + 64 + 32           16 + 32 + 32 =  80 KB
+//   96        128 x 128          2       48 + 64 + 32           24 + 48 + 48 = 120 KB
 //   128       128 x 128          2       64 + 64 + 32           32 + 64 + 64 = 160 KB
+//   192       128 x  96          2       96 + 48 + 24           48 + 72 + 72 = 192 KB
 //   256       128 x  80          2      128 + 40 + 20           64 + 80 + 80 = 224 KB
 //
-// head_dim 256 is bound by shared memory: kBlockN = 80 is the largest multiple of 16 for which
-// two stages of K and V fit beside Q.
+// The softmax of one block overlaps the P V of the previous one (mainloop.cuh), so a second score
+// tile is live as well: head_dim 192 keeps kBlockN at 96 for that register headroom. head_dim 256
+// is bound by shared memory: kBlockN = 80 is the largest multiple of 16 for which two stages of K
+// and V fit beside Q.
 #pragma once
 
 namespace hopattn::sm90 {
@@ -24,8 +28,16 @@ struct TileSize<64> {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
 };
 template <>
+struct TileSize<96> {
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+};
+template <>
 struct TileSize<128> {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+};
+template <>
+struct TileSize<192> {
+  static constexpr int kBlockM = 128, kBlockN = 96, kStages = 2;
 };
 template <>
 struct TileSize<256> {
