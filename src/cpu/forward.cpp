@@ -29,8 +29,8 @@
 namespace hopattn::cpu {
 namespace {
 
-constexpr int64_t kBlockM = 96;  // query rows per task
-constexpr int64_t kBlockN = 64;  // keys per step
+constexpr int64_t kBlockM = 192;  // query rows per task
+constexpr int64_t kBlockN = 64;   // keys per step
 // Register tiles: S^T = K Q^T in 4 keys x 24 queries, O += P V in 6 queries x 16 head dims.
 constexpr int kScoreRows = 4, kScoreVecs = 3;
 constexpr int kOutputRows = 6, kOutputVecs = 2;
@@ -66,13 +66,13 @@ struct Task {
   int64_t batch, head, block;
 };
 
-// Highest query blocks first: under the causal mask they see the most keys, and the end of the
-// schedule is better filled with short tasks.
+// Head by head, so that the threads stream the same K and V and find them in the shared
+// cache; within a head the highest query blocks first, since under the causal mask they see
+// the most keys, and the end of the schedule is better filled with short tasks.
 Task task_of(const AttentionProblem& p, int64_t index) {
-  const int64_t heads = p.batch * p.heads_q;
   const int64_t blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int64_t batch_head = index % heads;
-  return {batch_head / p.heads_q, batch_head % p.heads_q, blocks - 1 - index / heads};
+  const int64_t batch_head = index / blocks;
+  return {batch_head / p.heads_q, batch_head % p.heads_q, blocks - 1 - index % blocks};
 }
 
 HOPATTN_ALWAYS_INLINE int64_t row_offset(const Strides& s, int64_t batch, int64_t row, int64_t head) {
@@ -98,36 +98,38 @@ HOPATTN_ALWAYS_INLINE void load_query_block(const AttentionProblem& p, const Tas
   for (int64_t c = 0; c < d; ++c) std::fill(q_t + c * kBlockM + rows, q_t + c * kBlockM + columns, 0.f);
 }
 
+// K and V rows lie a seq_stride apart, usually in different pages, where the hardware
+// prefetchers do not follow; asking for the next block's rows while this block's P V runs
+// hides their latency.
 template <class Element>
-HOPATTN_ALWAYS_INLINE void prefetch_row(const Element* row, int64_t count) {
-  const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t offset = 0; offset < count * static_cast<int64_t>(sizeof(Element)); offset += 64) {
-    __builtin_prefetch(bytes + offset, 0, 2);  // into L2: a block of K and V outgrows L1
+HOPATTN_ALWAYS_INLINE void prefetch_key_block(const AttentionProblem& p, int64_t batch,
+                                              int64_t kv_head, int64_t n0, int64_t keys) {
+  const int64_t row_bytes = p.head_dim * static_cast<int64_t>(sizeof(Element));
+  for (int64_t j = 0; j < keys; ++j) {
+    const auto* k = reinterpret_cast<const char*>(static_cast<const Element*>(p.k) +
+                                                  row_offset(p.k_stride, batch, n0 + j, kv_head));
+    const auto* v = reinterpret_cast<const char*>(static_cast<const Element*>(p.v) +
+                                                  row_offset(p.v_stride, batch, n0 + j, kv_head));
+    for (int64_t offset = 0; offset < row_bytes; offset += 64) {
+      __builtin_prefetch(k + offset, 0, 2);  // into L2: a block of K and V outgrows L1
+      __builtin_prefetch(v + offset, 0, 2);
+    }
   }
 }
 
 // Keys [n0, n0 + keys) of K into rows of `k` (zero rows up to `k_rows`), and of V into rows
-// of `v` padded with zeros to `padded_d` columns. Also prefetches the `next_keys` rows of the
-// next block: K and V rows lie a seq_stride apart, usually in different pages, where the
-// hardware prefetchers do not follow, and a block ahead hides their latency behind this
-// block's arithmetic.
+// of `v` padded with zeros to `padded_d` columns.
 template <class Element>
 HOPATTN_ALWAYS_INLINE void load_key_block(const AttentionProblem& p, int64_t batch, int64_t kv_head,
-                                          int64_t n0, int64_t keys, int64_t next_keys,
-                                          int64_t k_rows, int64_t padded_d, float* k, float* v) {
+                                          int64_t n0, int64_t keys, int64_t k_rows,
+                                          int64_t padded_d, float* k, float* v) {
   const int64_t d = p.head_dim;
   const auto* k_src = static_cast<const Element*>(p.k);
   const auto* v_src = static_cast<const Element*>(p.v);
-  for (int64_t j = 0; j < std::max(keys, next_keys); ++j) {
-    if (j < next_keys) {
-      prefetch_row(k_src + row_offset(p.k_stride, batch, n0 + keys + j, kv_head), d);
-      prefetch_row(v_src + row_offset(p.v_stride, batch, n0 + keys + j, kv_head), d);
-    }
-    if (j < keys) {
-      convert_row(k_src + row_offset(p.k_stride, batch, n0 + j, kv_head), k + j * d, d);
-      convert_row(v_src + row_offset(p.v_stride, batch, n0 + j, kv_head), v + j * padded_d, d);
-      std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
-    }
+  for (int64_t j = 0; j < keys; ++j) {
+    convert_row(k_src + row_offset(p.k_stride, batch, n0 + j, kv_head), k + j * d, d);
+    convert_row(v_src + row_offset(p.v_stride, batch, n0 + j, kv_head), v + j * padded_d, d);
+    std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
   }
   std::fill(k + keys * d, k + k_rows * d, 0.f);
 }
@@ -200,14 +202,13 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const T
   int64_t first_row = 0;  // the first row that sees key n0; it only grows with n0
   for (int64_t n0 = 0; n0 < key_limit; n0 += kBlockN) {
     const int64_t keys = std::min(kBlockN, key_limit - n0);
-    const int64_t next_keys = std::min(kBlockN, key_limit - n0 - keys);
     const int64_t score_rows = round_up(keys, kScoreRows);
     while (visible_key_end(p.causal, m0 + first_row, p.seqlen_q, p.seqlen_k) <= n0) ++first_row;
     // Under the causal mask, the panels of rows that see no key of this block are skipped
     // throughout: their running max, sum and output stay as they are.
     const int64_t first = first_row / kScorePanel * kScorePanel;
-    load_key_block<Element>(p, t.batch, kv_head, n0, keys, next_keys, score_rows, padded_d,
-                            ws.k.data(), ws.v.data());
+    load_key_block<Element>(p, t.batch, kv_head, n0, keys, score_rows, padded_d, ws.k.data(),
+                            ws.v.data());
     gemm<kScoreRows, kScoreVecs, false>(ws.k.data(), d, 1, ws.q_t.data() + first, kBlockM,
                                         ws.s_t.data() + first, kBlockM, score_rows,
                                         score_columns - first, d);
@@ -217,6 +218,7 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const T
       if (factor == 1.f) continue;
       for (int64_t c = 0; c < padded_d; c += kLanes) store(o + i * padded_d + c, load(o + i * padded_d + c) * factor);
     }
+    prefetch_key_block<Element>(p, t.batch, kv_head, n0 + keys, std::min(kBlockN, key_limit - n0 - keys));
     gemm<kOutputRows, kOutputVecs, true>(ws.s_t.data() + first, 1, kBlockM, ws.v.data(), padded_d,
                                          o + first * padded_d, padded_d, output_rows - first,
                                          padded_d, keys);

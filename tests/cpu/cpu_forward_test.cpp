@@ -35,7 +35,7 @@ TEST(CpuForward, SeqlenOne) {
 }
 
 TEST(CpuForward, SeqlensThatAreNotTileMultiples) {
-  for (int64_t seqlen : {17, 127, 129}) {
+  for (int64_t seqlen : {17, 127, 129, 191, 193}) {
     for (bool causal : {false, true}) check_case(square(HOPATTN_DTYPE_FLOAT32, seqlen, 2, 64, causal));
   }
   for (bool causal : {false, true}) check_case(square(HOPATTN_DTYPE_BFLOAT16, 1000, 1, 64, causal));
@@ -47,6 +47,10 @@ TEST(CpuForward, SeqlenQShorterThanSeqlenK) {
     c.batch = 2;
     c.seqlen_q = 37;
     c.seqlen_k = 300;
+    check_case(c);
+    c.batch = 1;
+    c.seqlen_q = 200;
+    c.seqlen_k = 457;
     check_case(c);
   }
 }

@@ -1,0 +1,17 @@
+# Fails unless every dynamic symbol LIBRARY defines is a hopattn_* function of hopattn.h.
+execute_process(COMMAND ${NM} -D --defined-only ${LIBRARY} OUTPUT_VARIABLE symbols
+                RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "${NM} failed on ${LIBRARY}")
+endif()
+string(REGEX MATCHALL "[^\n]+" lines "${symbols}")
+set(count 0)
+foreach(line IN LISTS lines)
+  if(NOT line MATCHES " T hopattn_[a-z_]+$")
+    message(SEND_ERROR "unexpected export: ${line}")
+  endif()
+  math(EXPR count "${count} + 1")
+endforeach()
+if(NOT count EQUAL 8)
+  message(FATAL_ERROR "expected the 8 functions of hopattn.h, found ${count} exports")
+endif()
