@@ -25,10 +25,12 @@ std::string sm90_info() {
   if (!sm90::built()) return "sm90: not built";
   std::string line = "sm90: built;";
   bool any = false;
-  for (hopattn_dtype dtype : {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
+  for (hopattn_dtype dtype :
+       {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
     std::string dims;
     for (int64_t head_dim : kSm90ReportedHeadDims) {
-      if (sm90::supports(dtype, head_dim)) dims += (dims.empty() ? "" : "/") + std::to_string(head_dim);
+      if (sm90::supports(dtype, head_dim))
+        dims += (dims.empty() ? "" : "/") + std::to_string(head_dim);
     }
     if (dims.empty()) continue;
     line += std::string(any ? "," : "") + " " + dtype_name(dtype) + " head_dim " + dims;
@@ -73,9 +75,9 @@ bool backend_supports(hopattn_backend backend, hopattn_dtype dtype, int64_t head
 }
 
 const char* build_info() {
-  static const std::string info =
-      "cpu: float32/bfloat16/float16, head_dim 1-" + std::to_string(cpu::kMaxHeadDim) +
-      ", causal, GQA; " + std::to_string(cpu::worker_count()) + " threads\n" + sm90_info();
+  static const std::string info = "cpu: float32/bfloat16/float16, head_dim 1-" +
+                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA; " +
+                                  std::to_string(cpu::worker_count()) + " threads\n" + sm90_info();
   return info.c_str();
 }
 

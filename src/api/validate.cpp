@@ -92,15 +92,17 @@ hopattn_status check_tensor(const NamedTensor& named) {
   for (const auto& [field, size] : sizes) {
     if (size <= 0) return invalid(name, ".", field, " is ", size, "; it must be > 0");
   }
-  const std::pair<const char*, int64_t> strides[] = {
-      {"batch_stride", t.batch_stride}, {"seq_stride", t.seq_stride}, {"head_stride", t.head_stride}};
+  const std::pair<const char*, int64_t> strides[] = {{"batch_stride", t.batch_stride},
+                                                     {"seq_stride", t.seq_stride},
+                                                     {"head_stride", t.head_stride}};
   for (const auto& [field, stride] : strides) {
     if (stride < 0) return invalid(name, ".", field, " is ", stride, "; strides must be >= 0");
   }
   int64_t bytes = 0;
   if (!end_in_bytes(t, bytes)) {
-    return invalid(name, ": the offset of its last element, or its extent in bytes, overflows "
-                         "int64; check its sizes and strides");
+    return invalid(name,
+                   ": the offset of its last element, or its extent in bytes, overflows "
+                   "int64; check its sizes and strides");
   }
   if (runs_past_address_space(t.data, bytes)) {
     return invalid(name, ": its ", bytes, " bytes from ", name,
@@ -231,10 +233,10 @@ hopattn_status resolve_backend(hopattn_backend requested, const hopattn_tensor& 
   }
   if (backend == HOPATTN_BACKEND_SM90) {
     if (!system.sm90_built()) {
-      return fail(HOPATTN_ERROR_BACKEND_UNAVAILABLE,
-                  "the SM90 backend is not in this build (it was configured without CUDA)",
-                  requested == HOPATTN_BACKEND_AUTO ? "; backend AUTO chose it for device memory"
-                                                    : "");
+      return fail(
+          HOPATTN_ERROR_BACKEND_UNAVAILABLE,
+          "the SM90 backend is not in this build (it was configured without CUDA)",
+          requested == HOPATTN_BACKEND_AUTO ? "; backend AUTO chose it for device memory" : "");
     }
     if (!system.sm90_device_available()) {
       return fail(HOPATTN_ERROR_BACKEND_UNAVAILABLE,
@@ -258,7 +260,8 @@ hopattn_status resolve_backend(hopattn_backend requested, const hopattn_tensor& 
 
 std::string sm90_supported_list(const SystemQueries& system) {
   std::string list;
-  for (hopattn_dtype dtype : {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
+  for (hopattn_dtype dtype :
+       {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
     std::string dims;
     for (int64_t head_dim : kSm90CandidateHeadDims) {
       if (system.sm90_supports(dtype, head_dim)) {
@@ -266,7 +269,8 @@ std::string sm90_supported_list(const SystemQueries& system) {
       }
     }
     if (!dims.empty()) {
-      list += (list.empty() ? "" : "; ") + std::string(dtype_name(dtype)) + " with head_dim " + dims;
+      list +=
+          (list.empty() ? "" : "; ") + std::string(dtype_name(dtype)) + " with head_dim " + dims;
     }
   }
   return list.empty() ? "nothing" : list;
@@ -283,10 +287,10 @@ hopattn_status check_backend_supports(hopattn_backend backend, const hopattn_ten
     return HOPATTN_OK;
   }
   if (!system.sm90_supports(q.dtype, q.head_dim)) {
-    return fail(HOPATTN_ERROR_UNSUPPORTED, "dtype ", dtype_name(q.dtype), " with head_dim ",
-                q.head_dim, " is not supported by the SM90 backend (it supports ",
-                sm90_supported_list(system), "; the CPU backend supports every dtype with head_dim 1 to ",
-                cpu::kMaxHeadDim, ")");
+    return fail(
+        HOPATTN_ERROR_UNSUPPORTED, "dtype ", dtype_name(q.dtype), " with head_dim ", q.head_dim,
+        " is not supported by the SM90 backend (it supports ", sm90_supported_list(system),
+        "; the CPU backend supports every dtype with head_dim 1 to ", cpu::kMaxHeadDim, ")");
   }
   return HOPATTN_OK;
 }
@@ -298,20 +302,23 @@ hopattn_status check_tma_layout(const NamedTensor& named) {
                    "-byte aligned; the SM90 backend loads tiles with TMA, which needs ",
                    kTmaAlignment, "-byte aligned addresses");
   }
-  const std::pair<const char*, int64_t> strides[] = {
-      {"batch_stride", t.batch_stride}, {"seq_stride", t.seq_stride}, {"head_stride", t.head_stride}};
+  const std::pair<const char*, int64_t> strides[] = {{"batch_stride", t.batch_stride},
+                                                     {"seq_stride", t.seq_stride},
+                                                     {"head_stride", t.head_stride}};
   for (const auto& [field, stride] : strides) {
     const int64_t bytes = stride * element_size(t.dtype);  // bounded by the extent check
     if (bytes % kTmaAlignment != 0) {
       return invalid(named.name, ".", field, " is ", stride, " elements = ", bytes,
-                     " bytes; the SM90 backend needs strides that are multiples of ",
-                     kTmaAlignment, " bytes for TMA");
+                     " bytes; the SM90 backend needs strides that are multiples of ", kTmaAlignment,
+                     " bytes for TMA");
     }
   }
   return HOPATTN_OK;
 }
 
-Strides strides_of(const hopattn_tensor& t) { return {t.batch_stride, t.seq_stride, t.head_stride}; }
+Strides strides_of(const hopattn_tensor& t) {
+  return {t.batch_stride, t.seq_stride, t.head_stride};
+}
 
 AttentionProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k,
                             const hopattn_tensor& v, const hopattn_tensor& o, float* lse,
@@ -366,11 +373,13 @@ hopattn_status validate_forward(const hopattn_tensor* q, const hopattn_tensor* k
   }
   if (hopattn_status s = check_shapes(*q, *k, *v, *o); s != HOPATTN_OK) return s;
   if (hopattn_status s = check_lse(*q, lse); s != HOPATTN_OK) return s;
-  if (hopattn_status s = resolve_backend(options.backend, *q, *k, *v, *o, lse, system, call.backend);
+  if (hopattn_status s =
+          resolve_backend(options.backend, *q, *k, *v, *o, lse, system, call.backend);
       s != HOPATTN_OK) {
     return s;
   }
-  if (hopattn_status s = check_backend_supports(call.backend, *q, system); s != HOPATTN_OK) return s;
+  if (hopattn_status s = check_backend_supports(call.backend, *q, system); s != HOPATTN_OK)
+    return s;
   if (call.backend == HOPATTN_BACKEND_SM90) {
     for (const NamedTensor& t : tensors) {
       if (hopattn_status s = check_tma_layout(t); s != HOPATTN_OK) return s;

@@ -32,7 +32,7 @@ hopattn_forward_options default_forward_options();
 // On failure returns the status after hopattn::set_error; `call` is then unspecified.
 hopattn_status validate_forward(const hopattn_tensor* q, const hopattn_tensor* k,
                                 const hopattn_tensor* v, const hopattn_tensor* o, float* lse,
-                                const hopattn_forward_options* options,
-                                const SystemQueries& system, ForwardCall& call);
+                                const hopattn_forward_options* options, const SystemQueries& system,
+                                ForwardCall& call);
 
 }  // namespace hopattn

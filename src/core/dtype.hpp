@@ -47,7 +47,9 @@ HOPATTN_HOST_DEVICE float to_float(float16 value) {
   // Normal: rebias the exponent from 15 to 127.
   const uint32_t normal = (magnitude << 13) + ((127u - 15u) << 23);
   const uint32_t inf_or_nan = (magnitude << 13) | 0x7f800000u;
-  const uint32_t bits = magnitude < 0x0400u ? subnormal : magnitude >= 0x7c00u ? inf_or_nan : normal;
+  const uint32_t bits = magnitude < 0x0400u    ? subnormal
+                        : magnitude >= 0x7c00u ? inf_or_nan
+                                               : normal;
   return float_of_bits(sign | bits);
 }
 

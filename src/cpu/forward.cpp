@@ -53,7 +53,8 @@ struct Workspace {
     v.reserve(kBlockN * padded_head_dim);
     s_t.reserve(kBlockN * kBlockM);
     o.reserve(kBlockM * padded_head_dim);
-    for (AlignedFloats* stats : {&row_max, &row_sum, &rescale, &scaled_max}) stats->reserve(kBlockM);
+    for (AlignedFloats* stats : {&row_max, &row_sum, &rescale, &scaled_max})
+      stats->reserve(kBlockM);
   }
 };
 
@@ -75,7 +76,8 @@ Task task_of(const AttentionProblem& p, int64_t index) {
   return {batch_head / p.heads_q, batch_head % p.heads_q, blocks - 1 - index % blocks};
 }
 
-HOPATTN_ALWAYS_INLINE int64_t row_offset(const Strides& s, int64_t batch, int64_t row, int64_t head) {
+HOPATTN_ALWAYS_INLINE int64_t row_offset(const Strides& s, int64_t batch, int64_t row,
+                                         int64_t head) {
   return batch * s.batch + row * s.seq + head * s.head;
 }
 
@@ -95,7 +97,8 @@ HOPATTN_ALWAYS_INLINE void load_query_block(const AttentionProblem& p, const Tas
         static_cast<const Element*>(p.q) + row_offset(p.q_stride, t.batch, m0 + i, t.head);
     for (int64_t c = 0; c < d; ++c) q_t[c * kBlockM + i] = to_float(src[c]);
   }
-  for (int64_t c = 0; c < d; ++c) std::fill(q_t + c * kBlockM + rows, q_t + c * kBlockM + columns, 0.f);
+  for (int64_t c = 0; c < d; ++c)
+    std::fill(q_t + c * kBlockM + rows, q_t + c * kBlockM + columns, 0.f);
 }
 
 // K and V rows lie a seq_stride apart, usually in different pages, where the hardware
@@ -139,8 +142,8 @@ HOPATTN_ALWAYS_INLINE void load_key_block(const AttentionProblem& p, int64_t bat
 // max and sum, leaves the numerators P in s_t and the factor that rescales each output row in
 // `rescale`.
 HOPATTN_ALWAYS_INLINE void online_softmax_step(const AttentionProblem& p, int64_t m0, int64_t n0,
-                                               int64_t keys, int64_t first_column,
-                                               int64_t columns, float scale_log2, Workspace& ws) {
+                                               int64_t keys, int64_t first_column, int64_t columns,
+                                               float scale_log2, Workspace& ws) {
   float* s_t = ws.s_t.data();
   float* row_max = ws.row_max.data();
   float* row_sum = ws.row_sum.data();
@@ -180,7 +183,8 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const AttentionProblem& p, int64_
 }
 
 template <class Element>
-HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const Task& t, Workspace& ws) {
+HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const Task& t,
+                                              Workspace& ws) {
   const int64_t d = p.head_dim;
   const int64_t padded_d = round_up(d, kPadFloats);
   const int64_t m0 = t.block * kBlockM;
@@ -216,9 +220,11 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const T
     for (int64_t i = first; i < output_rows; ++i) {
       const float factor = ws.rescale.data()[i];
       if (factor == 1.f) continue;
-      for (int64_t c = 0; c < padded_d; c += kLanes) store(o + i * padded_d + c, load(o + i * padded_d + c) * factor);
+      for (int64_t c = 0; c < padded_d; c += kLanes)
+        store(o + i * padded_d + c, load(o + i * padded_d + c) * factor);
     }
-    prefetch_key_block<Element>(p, t.batch, kv_head, n0 + keys, std::min(kBlockN, key_limit - n0 - keys));
+    prefetch_key_block<Element>(p, t.batch, kv_head, n0 + keys,
+                                std::min(kBlockN, key_limit - n0 - keys));
     gemm<kOutputRows, kOutputVecs, true>(ws.s_t.data() + first, 1, kBlockM, ws.v.data(), padded_d,
                                          o + first * padded_d, padded_d, output_rows - first,
                                          padded_d, keys);
@@ -258,7 +264,8 @@ int worker_count() { return ThreadPool::instance().thread_count(); }
 hopattn_status forward(const AttentionProblem& problem) {
   const int64_t blocks = (problem.seqlen_q + kBlockM - 1) / kBlockM;
   const int64_t tasks = blocks * problem.batch * problem.heads_q;
-  ThreadPool::instance().parallel_for(tasks, [&problem](int64_t index) { run_task(problem, index); });
+  ThreadPool::instance().parallel_for(tasks,
+                                      [&problem](int64_t index) { run_task(problem, index); });
   return HOPATTN_OK;
 }
 

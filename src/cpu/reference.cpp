@@ -55,7 +55,8 @@ void reference_row(const AttentionProblem& problem, int64_t batch, int64_t head,
   });
 }
 
-void reference_forward(const AttentionProblem& p, std::vector<double>& out, std::vector<double>& lse) {
+void reference_forward(const AttentionProblem& p, std::vector<double>& out,
+                       std::vector<double>& lse) {
   const int64_t d = p.head_dim;
   out.assign(static_cast<size_t>(p.batch * p.seqlen_q * p.heads_q * d), 0.0);
   lse.assign(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q), 0.0);

@@ -26,7 +26,9 @@ typedef int32_t VecInt __attribute__((vector_size(kLanes * sizeof(int32_t))));
 // the vector loops need no tails.
 constexpr int64_t kPadFloats = 16;
 
-constexpr int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+constexpr int64_t round_up(int64_t n, int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
 
 // memcpy rather than a pointer cast: vector types may not alias float under strict aliasing.
 HOPATTN_ALWAYS_INLINE Vec load(const float* p) {
@@ -72,7 +74,8 @@ HOPATTN_ALWAYS_INLINE void micro_gemm(const float* a, int64_t a_row_stride, int6
                                       int64_t depth) {
   Vec acc[kRows][kVecs];
   for (int r = 0; r < kRows; ++r) {
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = kAccumulate ? load(c + r * ldc + v * kLanes) : Vec{};
+    for (int v = 0; v < kVecs; ++v)
+      acc[r][v] = kAccumulate ? load(c + r * ldc + v * kLanes) : Vec{};
   }
   for (int64_t k = 0; k < depth; ++k) {
     Vec b_row[kVecs];

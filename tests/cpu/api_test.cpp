@@ -27,7 +27,8 @@ TEST(Api, BuildInfoHasOneLinePerBackend) {
 }
 
 TEST(Api, BackendSupports) {
-  for (hopattn_dtype dtype : {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
+  for (hopattn_dtype dtype :
+       {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
     for (int64_t head_dim : {1, 64, 100, 512}) {
       EXPECT_TRUE(hopattn_backend_supports(HOPATTN_BACKEND_CPU, dtype, head_dim)) << head_dim;
       EXPECT_TRUE(hopattn_backend_supports(HOPATTN_BACKEND_AUTO, dtype, head_dim)) << head_dim;
@@ -37,7 +38,8 @@ TEST(Api, BackendSupports) {
     EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_CPU, dtype, -64));
   }
   EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_CPU, static_cast<hopattn_dtype>(7), 64));
-  EXPECT_FALSE(hopattn_backend_supports(static_cast<hopattn_backend>(9), HOPATTN_DTYPE_FLOAT32, 64));
+  EXPECT_FALSE(
+      hopattn_backend_supports(static_cast<hopattn_backend>(9), HOPATTN_DTYPE_FLOAT32, 64));
   // No SM90 kernel takes float32 inputs, whether or not the backend is built.
   EXPECT_FALSE(hopattn_backend_supports(HOPATTN_BACKEND_SM90, HOPATTN_DTYPE_FLOAT32, 128));
 }
@@ -54,9 +56,11 @@ TEST(Api, BackendAvailable) {
 
 TEST(Api, StatusNames) {
   EXPECT_STREQ(hopattn_status_name(HOPATTN_OK), "HOPATTN_OK");
-  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_INVALID_ARGUMENT), "HOPATTN_ERROR_INVALID_ARGUMENT");
+  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_INVALID_ARGUMENT),
+               "HOPATTN_ERROR_INVALID_ARGUMENT");
   EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_UNSUPPORTED), "HOPATTN_ERROR_UNSUPPORTED");
-  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_BACKEND_UNAVAILABLE), "HOPATTN_ERROR_BACKEND_UNAVAILABLE");
+  EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_BACKEND_UNAVAILABLE),
+               "HOPATTN_ERROR_BACKEND_UNAVAILABLE");
   EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_CUDA), "HOPATTN_ERROR_CUDA");
   EXPECT_STREQ(hopattn_status_name(HOPATTN_ERROR_INTERNAL), "HOPATTN_ERROR_INTERNAL");
   EXPECT_STREQ(hopattn_status_name(static_cast<hopattn_status>(42)), "unknown hopattn_status");
@@ -115,7 +119,8 @@ TEST(Api, Sm90WithoutTheBackendOrAGpuIsUnavailable) {
   options.backend = HOPATTN_BACKEND_SM90;
   EXPECT_EQ(hopattn_forward(&p.tq, &p.tk, &p.tv, &p.to, nullptr, &options),
             HOPATTN_ERROR_BACKEND_UNAVAILABLE);
-  EXPECT_NE(std::string(hopattn_last_error()).find("SM90"), std::string::npos) << hopattn_last_error();
+  EXPECT_NE(std::string(hopattn_last_error()).find("SM90"), std::string::npos)
+      << hopattn_last_error();
 }
 
 TEST(CppApi, ContiguousStrides) {
@@ -155,8 +160,10 @@ TEST(CppApi, ForwardMatchesTheReference) {
   problem.softmax_scale = 0.5f;
   std::vector<double> ref_out, ref_lse;
   reference_forward(problem, ref_out, ref_lse);
-  EXPECT_LE(error_norms(read_output(o.raw), ref_out).relative, relative_tolerance(HOPATTN_DTYPE_FLOAT32));
-  EXPECT_LE(error_norms(std::vector<double>(lse.begin(), lse.end()), ref_lse).max_abs, kLseTolerance);
+  EXPECT_LE(error_norms(read_output(o.raw), ref_out).relative,
+            relative_tolerance(HOPATTN_DTYPE_FLOAT32));
+  EXPECT_LE(error_norms(std::vector<double>(lse.begin(), lse.end()), ref_lse).max_abs,
+            kLseTolerance);
 }
 
 TEST(CppApi, FailuresThrowErrorWithStatusAndMessage) {

@@ -36,7 +36,8 @@ TEST(CpuForward, SeqlenOne) {
 
 TEST(CpuForward, SeqlensThatAreNotTileMultiples) {
   for (int64_t seqlen : {17, 127, 129, 191, 193}) {
-    for (bool causal : {false, true}) check_case(square(HOPATTN_DTYPE_FLOAT32, seqlen, 2, 64, causal));
+    for (bool causal : {false, true})
+      check_case(square(HOPATTN_DTYPE_FLOAT32, seqlen, 2, 64, causal));
   }
   for (bool causal : {false, true}) check_case(square(HOPATTN_DTYPE_BFLOAT16, 1000, 1, 64, causal));
 }
@@ -100,7 +101,8 @@ TEST(CpuForward, PaddedStridesLeaveTheGapsUntouched) {
 // Scaled scores in the hundreds: exp() of them overflows float32 unless the running max is
 // subtracted.
 TEST(CpuForward, LargeMagnitudeInputsStayFinite) {
-  for (hopattn_dtype dtype : {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
+  for (hopattn_dtype dtype :
+       {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
     for (bool causal : {false, true}) {
       Case c = square(dtype, 200, 2, 64, causal);
       c.q_magnitude = 1000.f;
@@ -110,7 +112,8 @@ TEST(CpuForward, LargeMagnitudeInputsStayFinite) {
 }
 
 TEST(CpuForward, AllDtypes) {
-  for (hopattn_dtype dtype : {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
+  for (hopattn_dtype dtype :
+       {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
     for (bool causal : {false, true}) check_case(square(dtype, 160, 2, 128, causal));
   }
 }
@@ -161,7 +164,8 @@ TEST(CpuForward, RepeatedCallsAgreeBitForBit) {
 TEST(CpuForward, ConcurrentCallsFromSeveralThreads) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([i] { check_case(square(HOPATTN_DTYPE_BFLOAT16, 100 + 30 * i, 2, 64, i % 2 == 0)); });
+    threads.emplace_back(
+        [i] { check_case(square(HOPATTN_DTYPE_BFLOAT16, 100 + 30 * i, 2, 64, i % 2 == 0)); });
   }
   for (std::thread& thread : threads) thread.join();
 }
@@ -173,8 +177,10 @@ TEST(CpuForward, TolerancesCatchACausalMaskOffByOne) {
     hopattn_dtype dtype;
     int64_t seqlen_q, seqlen_k;
   };
-  for (const Shape& shape : {Shape{HOPATTN_DTYPE_FLOAT32, 64, 64}, {HOPATTN_DTYPE_FLOAT32, 40, 64},
-                             {HOPATTN_DTYPE_FLOAT32, 64, 40}, {HOPATTN_DTYPE_BFLOAT16, 64, 64}}) {
+  for (const Shape& shape : {Shape{HOPATTN_DTYPE_FLOAT32, 64, 64},
+                             {HOPATTN_DTYPE_FLOAT32, 40, 64},
+                             {HOPATTN_DTYPE_FLOAT32, 64, 40},
+                             {HOPATTN_DTYPE_BFLOAT16, 64, 64}}) {
     Case c = square(shape.dtype, 0, 2, 32, true);
     c.seqlen_q = shape.seqlen_q;
     c.seqlen_k = shape.seqlen_k;
@@ -205,7 +211,8 @@ TEST(CpuForward, TolerancesCatchACausalMaskOffByOne) {
     EXPECT_GE(error_against([&](int64_t i) { return correct(i) + 1; }), 10 * tolerance);
     EXPECT_GE(error_against([&](int64_t i) { return correct(i) - 1; }), 10 * tolerance);
     if (c.seqlen_q != c.seqlen_k) {
-      EXPECT_GE(error_against([](int64_t i) { return i + 1; }), 10 * tolerance) << "top-left aligned";
+      EXPECT_GE(error_against([](int64_t i) { return i + 1; }), 10 * tolerance)
+          << "top-left aligned";
     }
   }
 }

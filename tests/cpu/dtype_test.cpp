@@ -1,12 +1,12 @@
 // The float <-> bfloat16 / float16 conversions of core/dtype.hpp, exhaustively where the
 // domain is small, and against GCC's _Float16 for float -> float16 rounding.
+#include "core/dtype.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
-
-#include "core/dtype.hpp"
 
 namespace hopattn {
 namespace {
@@ -33,7 +33,7 @@ TEST(Dtype, Bfloat16RoundsToNearestEven) {
   EXPECT_EQ(bits(from_float<bfloat16>(float_of_bits(0x7f7fffff))), 0x7f80);  // rounds to inf
   EXPECT_EQ(bits(from_float<bfloat16>(-INFINITY)), 0xff80);
   EXPECT_EQ(bits(from_float<bfloat16>(float_of_bits(0x00000001))), 0x0000);  // tiniest denormal
-  const bfloat16 nan = from_float<bfloat16>(float_of_bits(0x7f800001));       // signalling NaN
+  const bfloat16 nan = from_float<bfloat16>(float_of_bits(0x7f800001));      // signalling NaN
   EXPECT_TRUE(std::isnan(to_float(nan)));
   EXPECT_TRUE(bits(nan) & 0x0040) << "quiet";
 }
@@ -86,7 +86,8 @@ TEST(Dtype, Float16RoundingMatchesGcc) {
       check(-f);
     }
   }
-  for (float f : {65504.f, 65519.99f, 65520.f, 1e6f, INFINITY, 0x1p-25f, 0x1.000002p-25f, 0x1p-26f}) {
+  for (float f :
+       {65504.f, 65519.99f, 65520.f, 1e6f, INFINITY, 0x1p-25f, 0x1.000002p-25f, 0x1p-26f}) {
     check(f);
     check(-f);
   }

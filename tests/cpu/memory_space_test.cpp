@@ -1,10 +1,10 @@
 // memory_space_of on this machine's host memory: Host, with or without CUDA in the build and
 // with or without a GPU, and no CUDA error left behind for the caller.
+#include "core/memory_space.hpp"
+
 #include <gtest/gtest.h>
 
 #include <vector>
-
-#include "core/memory_space.hpp"
 
 #if defined(HOPATTN_HAVE_CUDA)
 #include <cuda_runtime.h>

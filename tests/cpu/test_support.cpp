@@ -24,7 +24,8 @@ std::string describe(const Case& c) {
 }
 
 uint64_t test_seed() {
-  if (const char* fixed = std::getenv("HOPATTN_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
+  if (const char* fixed = std::getenv("HOPATTN_TEST_SEED"))
+    return std::strtoull(fixed, nullptr, 10);
   return std::random_device{}();
 }
 
@@ -49,8 +50,12 @@ double load_element(hopattn_dtype dtype, const void* base, int64_t offset) {
 void store_element(hopattn_dtype dtype, void* base, int64_t offset, double value) {
   const float f = static_cast<float>(value);
   switch (dtype) {
-    case HOPATTN_DTYPE_BFLOAT16: static_cast<bfloat16*>(base)[offset] = from_float<bfloat16>(f); return;
-    case HOPATTN_DTYPE_FLOAT16: static_cast<float16*>(base)[offset] = from_float<float16>(f); return;
+    case HOPATTN_DTYPE_BFLOAT16:
+      static_cast<bfloat16*>(base)[offset] = from_float<bfloat16>(f);
+      return;
+    case HOPATTN_DTYPE_FLOAT16:
+      static_cast<float16*>(base)[offset] = from_float<float16>(f);
+      return;
     case HOPATTN_DTYPE_FLOAT32: break;
   }
   static_cast<float*>(base)[offset] = f;
@@ -73,7 +78,8 @@ struct View {
 
 hopattn_tensor shaped(const Case& c, int64_t seqlen, int64_t heads, int64_t batch_stride,
                       int64_t seq_stride, int64_t head_stride) {
-  return {nullptr, c.dtype, c.batch, seqlen, heads, c.head_dim, batch_stride, seq_stride, head_stride};
+  return {nullptr,    c.dtype,      c.batch,    seqlen,     heads,
+          c.head_dim, batch_stride, seq_stride, head_stride};
 }
 
 int64_t extent(const hopattn_tensor& t) {
@@ -94,7 +100,8 @@ void poison(Buffer& buffer, hopattn_dtype dtype, int64_t count) {
   if (dtype == HOPATTN_DTYPE_FLOAT32) {
     buffer.floats.assign(static_cast<size_t>(count), NAN);
   } else {
-    buffer.halves.assign(static_cast<size_t>(count), dtype == HOPATTN_DTYPE_BFLOAT16 ? 0x7fc0 : 0x7e00);
+    buffer.halves.assign(static_cast<size_t>(count),
+                         dtype == HOPATTN_DTYPE_BFLOAT16 ? 0x7fc0 : 0x7e00);
   }
 }
 
@@ -120,7 +127,8 @@ CaseTensors::CaseTensors(const Case& c, std::mt19937_64& rng) {
   } else {
     views[0] = standalone_view(c, c.seqlen_q, c.heads_q, 0);
     views[1] = standalone_view(c, c.seqlen_k, c.heads_kv, extent(views[0].tensor));
-    views[2] = standalone_view(c, c.seqlen_k, c.heads_kv, views[1].offset + extent(views[1].tensor));
+    views[2] =
+        standalone_view(c, c.seqlen_k, c.heads_kv, views[1].offset + extent(views[1].tensor));
   }
   int64_t total = 0;
   for (const View& view : views) total = std::max(total, view.offset + extent(view.tensor));
@@ -131,10 +139,12 @@ CaseTensors::CaseTensors(const Case& c, std::mt19937_64& rng) {
   for (int i = 0; i < 3; ++i) {
     const double magnitude = i == 0 ? c.q_magnitude : 1.0;
     *tensors[i] = views[i].tensor;
-    void* base = static_cast<char*>(qkv_buffer.data(c.dtype)) + views[i].offset * element_size(c.dtype);
+    void* base =
+        static_cast<char*>(qkv_buffer.data(c.dtype)) + views[i].offset * element_size(c.dtype);
     tensors[i]->data = base;
     for_each_element(*tensors[i], [&](int64_t b, int64_t s, int64_t h, int64_t d) {
-      store_element(c.dtype, base, element_offset(*tensors[i], b, s, h, d), magnitude * uniform(rng));
+      store_element(c.dtype, base, element_offset(*tensors[i], b, s, h, d),
+                    magnitude * uniform(rng));
     });
   }
 
@@ -159,7 +169,9 @@ AttentionProblem CaseTensors::problem(const Case& c) {
   p.v = v.data;
   p.o = o.data;
   p.lse = lse.data();
-  const auto strides = [](const hopattn_tensor& t) { return Strides{t.batch_stride, t.seq_stride, t.head_stride}; };
+  const auto strides = [](const hopattn_tensor& t) {
+    return Strides{t.batch_stride, t.seq_stride, t.head_stride};
+  };
   p.q_stride = strides(q);
   p.k_stride = strides(k);
   p.v_stride = strides(v);
@@ -211,7 +223,8 @@ double relative_tolerance(hopattn_dtype dtype) {
 }
 
 double score_error_bound(const Case& c) {
-  const double scale = c.softmax_scale != 0.f ? c.softmax_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const double scale =
+      c.softmax_scale != 0.f ? c.softmax_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   return scale * static_cast<double>(c.head_dim) * c.q_magnitude * 0x1p-24;
 }
 
@@ -253,7 +266,8 @@ void check_case(const Case& c) {
         } else if (!std::isfinite(got_lse)) {
           ++bad_lse;
         } else {
-          lse_error = std::max(lse_error, std::abs(got_lse - want_lse) / std::max(1.0, std::abs(want_lse)));
+          lse_error =
+              std::max(lse_error, std::abs(got_lse - want_lse) / std::max(1.0, std::abs(want_lse)));
         }
       }
     }
@@ -261,7 +275,8 @@ void check_case(const Case& c) {
   EXPECT_EQ(unwritten, 0) << "output elements left NaN or not finite";
   EXPECT_EQ(nonzero_in_empty_rows, 0) << "rows that see no key must be exactly 0";
   EXPECT_EQ(bad_lse, 0) << "LSE must be finite, and -inf exactly for rows that see no key";
-  EXPECT_LE(lse_error, kLseTolerance + score_error_bound(c)) << "largest LSE error relative to max(1, |lse|)";
+  EXPECT_LE(lse_error, kLseTolerance + score_error_bound(c))
+      << "largest LSE error relative to max(1, |lse|)";
 
   const ErrorNorms norms = error_norms(out, ref_out);
   EXPECT_LE(norms.relative, relative_tolerance(c.dtype) + score_error_bound(c)) << norms.str();

@@ -1,3 +1,5 @@
+#include "cpu/thread_pool.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -5,14 +7,13 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/thread_pool.hpp"
-
 namespace hopattn::cpu {
 namespace {
 
 TEST(ThreadPool, RunsEveryIndexOnce) {
   ThreadPool& pool = ThreadPool::instance();
-  EXPECT_EQ(pool.thread_count(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  EXPECT_EQ(pool.thread_count(),
+            static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   for (int64_t count : {0, 1, 2, 7, 1000}) {
     std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
     pool.parallel_for(count, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
@@ -22,10 +23,10 @@ TEST(ThreadPool, RunsEveryIndexOnce) {
 
 TEST(ThreadPool, RethrowsTheFirstExceptionAndStaysUsable) {
   ThreadPool& pool = ThreadPool::instance();
-  EXPECT_THROW(pool.parallel_for(100, [](int64_t i) {
+  const auto throw_at_17 = [](int64_t i) {
     if (i == 17) throw std::runtime_error("task 17");
-  }),
-               std::runtime_error);
+  };
+  EXPECT_THROW(pool.parallel_for(100, throw_at_17), std::runtime_error);
   std::atomic<int64_t> sum{0};
   pool.parallel_for(100, [&](int64_t i) { sum += i; });
   EXPECT_EQ(sum, 4950);
@@ -36,7 +37,8 @@ TEST(ThreadPool, CallsFromSeveralThreadsAllComplete) {
   std::vector<std::thread> callers;
   for (int t = 0; t < 4; ++t) {
     callers.emplace_back([&] {
-      for (int rep = 0; rep < 50; ++rep) ThreadPool::instance().parallel_for(10, [&](int64_t) { total++; });
+      for (int rep = 0; rep < 50; ++rep)
+        ThreadPool::instance().parallel_for(10, [&](int64_t) { total++; });
     });
   }
   for (std::thread& caller : callers) caller.join();

@@ -1,11 +1,11 @@
 // The CPU kernel's vector exp2 and GEMM tile against scalar references.
+#include "cpu/tiles.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include "cpu/tiles.hpp"
 
 namespace hopattn::cpu {
 namespace {
@@ -51,7 +51,8 @@ TEST(Tiles, GemmMatchesScalarProduct) {
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       double want = initial[i * ldc + j];
-      for (int64_t k = 0; k < depth; ++k) want += static_cast<double>(a.data()[i * lda + k]) * b.data()[k * ldb + j];
+      for (int64_t k = 0; k < depth; ++k)
+        want += static_cast<double>(a.data()[i * lda + k]) * b.data()[k * ldb + j];
       EXPECT_NEAR(c.data()[i * ldc + j], want, 1e-5) << i << ", " << j;
     }
   }
@@ -59,7 +60,8 @@ TEST(Tiles, GemmMatchesScalarProduct) {
   for (int64_t i = 0; i < 8; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       double want = 0;
-      for (int64_t k = 0; k < depth; ++k) want += static_cast<double>(a.data()[k * lda + i]) * b.data()[k * ldb + j];
+      for (int64_t k = 0; k < depth; ++k)
+        want += static_cast<double>(a.data()[k * lda + i]) * b.data()[k * ldb + j];
       EXPECT_NEAR(c.data()[i * ldc + j], want, 1e-5) << i << ", " << j;
     }
   }

@@ -19,14 +19,17 @@ constexpr int64_t kSlotBytes = 1 << 20;
 
 // Four tensor slots and one for lse, all inaccessible.
 char* inaccessible_slots() {
-  static void* region = mmap(nullptr, 5 * kSlotBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  static void* region =
+      mmap(nullptr, 5 * kSlotBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   EXPECT_NE(region, MAP_FAILED);
   return static_cast<char*>(region);
 }
 
 hopattn_tensor contiguous(void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen,
                           int64_t heads, int64_t head_dim) {
-  return {data, dtype, batch, seqlen, heads, head_dim, seqlen * heads * head_dim, heads * head_dim, head_dim};
+  return {
+      data,    dtype, batch, seqlen, heads, head_dim, seqlen * heads * head_dim, heads * head_dim,
+      head_dim};
 }
 
 class Validation : public ::testing::Test {
@@ -51,7 +54,8 @@ class Validation : public ::testing::Test {
     queries.sm90_device_available = [this] { return sm90_device; };
     // What the SM90 kernels of this project compile.
     queries.sm90_supports = [](hopattn_dtype dtype, int64_t head_dim) {
-      return dtype != HOPATTN_DTYPE_FLOAT32 && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+      return dtype != HOPATTN_DTYPE_FLOAT32 &&
+             (head_dim == 64 || head_dim == 128 || head_dim == 256);
     };
     return queries;
   }
@@ -156,8 +160,9 @@ TEST_F(Validation, RejectsUnknownDtype) {
     SCOPED_TRACE(name);
     SetUp();
     tensor(name)->dtype = static_cast<hopattn_dtype>(3);
-    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
-                    std::string(name) + ".dtype is 3; allowed: 0 (float32), 1 (bfloat16), 2 (float16)");
+    expect_rejected(
+        HOPATTN_ERROR_INVALID_ARGUMENT,
+        std::string(name) + ".dtype is 3; allowed: 0 (float32), 1 (bfloat16), 2 (float16)");
   }
 }
 
@@ -194,7 +199,8 @@ TEST_F(Validation, RejectsBatchMismatch) {
     SCOPED_TRACE(name);
     SetUp();
     tensor(name)->batch = 1;
-    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, std::string(name) + ".batch is 1 but q.batch is 2");
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    std::string(name) + ".batch is 1 but q.batch is 2");
   }
 }
 
@@ -254,8 +260,9 @@ TEST_F(Validation, CpuRejectsHeadDimAbove512) {
   k.seq_stride = v.seq_stride = 2 * 513;
   q.batch_stride = o.batch_stride = 64 * 4 * 513;
   k.batch_stride = v.batch_stride = 80 * 2 * 513;
-  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
-                  "head_dim 513 is not supported by the CPU backend (it supports any head_dim from 1 to 512)");
+  expect_rejected(
+      HOPATTN_ERROR_UNSUPPORTED,
+      "head_dim 513 is not supported by the CPU backend (it supports any head_dim from 1 to 512)");
 }
 
 TEST_F(Validation, Sm90RejectsHeadDimItWasNotBuiltFor) {
@@ -265,20 +272,23 @@ TEST_F(Validation, Sm90RejectsHeadDimItWasNotBuiltFor) {
   k.seq_stride = v.seq_stride = 2 * 96;
   q.batch_stride = o.batch_stride = 64 * 4 * 96;
   k.batch_stride = v.batch_stride = 80 * 2 * 96;
-  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
-                  "dtype bfloat16 with head_dim 96 is not supported by the SM90 backend (it supports "
-                  "bfloat16 with head_dim 64/128/256; float16 with head_dim 64/128/256");
+  expect_rejected(
+      HOPATTN_ERROR_UNSUPPORTED,
+      "dtype bfloat16 with head_dim 96 is not supported by the SM90 backend (it supports "
+      "bfloat16 with head_dim 64/128/256; float16 with head_dim 64/128/256");
 }
 
 TEST_F(Validation, Sm90RejectsFloat32) {
   on_a_gpu();
   for (hopattn_tensor* t : {&q, &k, &v, &o}) t->dtype = HOPATTN_DTYPE_FLOAT32;
-  expect_rejected(HOPATTN_ERROR_UNSUPPORTED, "dtype float32 with head_dim 64 is not supported by the SM90 backend");
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                  "dtype float32 with head_dim 64 is not supported by the SM90 backend");
 }
 
 TEST_F(Validation, RejectsNegativeOrNonFiniteSoftmaxScale) {
-  for (float scale : {-0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                      -std::numeric_limits<float>::infinity()}) {
+  for (float scale :
+       {-0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity()}) {
     SCOPED_TRACE(scale);
     options.softmax_scale = scale;
     expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
@@ -311,12 +321,14 @@ TEST_F(Validation, RejectsExtentThatOverflowsInt64) {
   v.seqlen = 2;
   v.batch_stride = 0;
   v.seq_stride = (int64_t{1} << 62) + 1;
-  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "v: the offset of its last element, or its extent in bytes");
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "v: the offset of its last element, or its extent in bytes");
 }
 
 TEST_F(Validation, RejectsTensorRunningPastTheAddressSpace) {
   q.data = reinterpret_cast<void*>(UINTPTR_MAX - 4096 + 1);
-  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "bytes from q.data run past the end of the address space");
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "bytes from q.data run past the end of the address space");
 }
 
 TEST_F(Validation, AcceptsBroadcastInputsWithZeroStrides) {
@@ -351,12 +363,14 @@ TEST_F(Validation, RejectsLseLargerThanTheAddressSpace) {
     *t = contiguous(t->data, HOPATTN_DTYPE_BFLOAT16, 1, int64_t{1} << 61, 1, 1);
   }
   q.data = k.data = v.data = o.data = reinterpret_cast<void*>(uintptr_t{4096});
-  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "lse: batch * heads_q * seqlen_q = 1 * 1 * 2305843009213693952");
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "lse: batch * heads_q * seqlen_q = 1 * 1 * 2305843009213693952");
 }
 
 TEST_F(Validation, RejectsUnknownBackend) {
   options.backend = static_cast<hopattn_backend>(7);
-  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "options.backend is 7; allowed: 0 (AUTO), 1 (CPU), 2 (SM90)");
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "options.backend is 7; allowed: 0 (AUTO), 1 (CPU), 2 (SM90)");
 }
 
 TEST_F(Validation, AutoChoosesCpuForHostMemory) {
@@ -383,7 +397,8 @@ TEST_F(Validation, AutoRejectsTensorsInDifferentMemorySpaces) {
 
 TEST_F(Validation, AutoRejectsPointersOfUnknownMemorySpace) {
   spaces[k.data] = MemorySpace::Unknown;
-  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "cannot tell whether k.data is host or device memory");
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "cannot tell whether k.data is host or device memory");
 }
 
 TEST_F(Validation, AutoWithDeviceMemoryButNoSm90BuildIsUnavailable) {
@@ -410,18 +425,21 @@ TEST_F(Validation, Sm90RejectsHostMemoryNamingTheTensor) {
   for (const char* name : kTensorNames) {
     SCOPED_TRACE(name);
     spaces[tensor(name)->data] = MemorySpace::Host;
-    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
-                    std::string(name) + ".data is host memory; the SM90 backend needs device memory");
+    expect_rejected(
+        HOPATTN_ERROR_INVALID_ARGUMENT,
+        std::string(name) + ".data is host memory; the SM90 backend needs device memory");
     spaces[tensor(name)->data] = MemorySpace::Device;
   }
   spaces[lse] = MemorySpace::Host;
-  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "lse is host memory; the SM90 backend needs device memory");
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "lse is host memory; the SM90 backend needs device memory");
 }
 
 TEST_F(Validation, CpuRejectsDeviceMemoryNamingTheTensor) {
   options.backend = HOPATTN_BACKEND_CPU;
   spaces[o.data] = MemorySpace::Device;
-  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "o.data is device memory; the CPU backend needs host memory");
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "o.data is device memory; the CPU backend needs host memory");
 }
 
 TEST_F(Validation, Sm90RejectsDataNotAlignedTo16Bytes) {
@@ -438,9 +456,10 @@ TEST_F(Validation, Sm90RejectsStridesNotMultiplesOf16Bytes) {
   options.backend = HOPATTN_BACKEND_SM90;
   q.seq_stride = 4 * 64 + 4;  // 520 bytes
   q.batch_stride = 64 * q.seq_stride;
-  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
-                  "q.seq_stride is 260 elements = 520 bytes; the SM90 backend needs strides that are "
-                  "multiples of 16 bytes for TMA");
+  expect_rejected(
+      HOPATTN_ERROR_INVALID_ARGUMENT,
+      "q.seq_stride is 260 elements = 520 bytes; the SM90 backend needs strides that are "
+      "multiples of 16 bytes for TMA");
 }
 
 TEST_F(Validation, TmaRulesDoNotApplyToTheCpuBackend) {
