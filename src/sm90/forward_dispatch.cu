@@ -41,6 +41,23 @@ hopattn_status check_kernel_limits(AttentionProblem const& p) {
                      "sm90: seqlen, heads and batch must each fit in 32 bits and "
                      "ceil(seqlen_q / 64) * heads_q * batch must be below 2^31");
   }
+  // A TMA descriptor walks memory with positive strides; broadcast (stride 0) views go to the CPU
+  // backend or are materialised by the caller.
+  const Strides* strides[] = {&p.q_stride, &p.k_stride, &p.v_stride, &p.o_stride};
+  const int64_t seqlens[] = {p.seqlen_q, p.seqlen_k, p.seqlen_k, p.seqlen_q};
+  const int64_t heads[] = {p.heads_q, p.heads_kv, p.heads_kv, p.heads_q};
+  const char* names[] = {"q", "k", "v", "o"};
+  for (int i = 0; i < 4; ++i) {
+    const bool broadcast = (p.batch > 1 && strides[i]->batch == 0) ||
+                           (seqlens[i] > 1 && strides[i]->seq == 0) ||
+                           (heads[i] > 1 && strides[i]->head == 0);
+    if (broadcast) {
+      return set_error(HOPATTN_ERROR_UNSUPPORTED,
+                       std::string(names[i]) +
+                           ": a zero stride (broadcast view) is not supported by the sm90 backend; "
+                           "pass a materialised tensor");
+    }
+  }
   return HOPATTN_OK;
 }
 

@@ -263,3 +263,28 @@ TEST(Sm90Backend, BuildReportsKernels) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Sm90Backend, RejectsBroadcastStridesNamingTheTensor) {
+  if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
+    GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
+  }
+  std::mt19937 rng(7);
+  DeviceTensor q(HOPATTN_DTYPE_BFLOAT16, 2, 64, 2, 128, 0, rng);
+  DeviceTensor k(HOPATTN_DTYPE_BFLOAT16, 1, 64, 2, 128, 0, rng);
+  DeviceTensor v(HOPATTN_DTYPE_BFLOAT16, 2, 64, 2, 128, 0, rng);
+  DeviceTensor o(HOPATTN_DTYPE_BFLOAT16, 2, 64, 2, 128, 0, rng);
+  ASSERT_TRUE(q.device && k.device && v.device && o.device) << "cudaMalloc failed";
+  hopattn_tensor k_broadcast = k.desc;
+  k_broadcast.batch = 2;
+  k_broadcast.batch_stride = 0;  // one K shared by both batch entries
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.backend = HOPATTN_BACKEND_SM90;
+  EXPECT_EQ(hopattn_forward(&q.desc, &k_broadcast, &v.desc, &o.desc, nullptr, &options),
+            HOPATTN_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(hopattn_last_error()).find("k: a zero stride"), std::string::npos)
+      << hopattn_last_error();
+}
+
+}  // namespace
