@@ -73,7 +73,7 @@ requires_hopper = pytest.mark.skipif(hopper_skip_reason() is not None,
 @requires_hopper
 @pytest.mark.parametrize("dtype", TORCH_DTYPES[1:])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
 def test_cuda_tensors(dtype, causal, head_dim):
     q, k, v = random_qkv((2, 300, 8, head_dim), (2, 257, 2, head_dim), dtype, "cuda")
     out, lse = hopattn.attention(q, k, v, causal=causal, return_lse=True)
