@@ -9,9 +9,15 @@
 enum { kBatch = 2, kSeqlen = 128, kHeads = 4, kHeadDim = 64 };
 
 static hopattn_tensor packed(float* data) {
-  hopattn_tensor t = {data, HOPATTN_DTYPE_FLOAT32, kBatch, kSeqlen, kHeads, kHeadDim,
+  hopattn_tensor t = {data,
+                      HOPATTN_DTYPE_FLOAT32,
+                      kBatch,
+                      kSeqlen,
+                      kHeads,
+                      kHeadDim,
                       /* batch_stride */ kSeqlen * kHeads * kHeadDim,
-                      /* seq_stride */ kHeads * kHeadDim, /* head_stride */ kHeadDim};
+                      /* seq_stride */ kHeads * kHeadDim,
+                      /* head_stride */ kHeadDim};
   return t;
 }
 

@@ -1,10 +1,9 @@
 // Grouped-query attention on the CPU backend through the C++ header, float32, with the
 // log-sum-exp. Checks a property that needs no reference: the softmax weights of a row sum
 // to one, so when every key's value vector is the same vector c, every output row is c.
-#include <hopattn/hopattn.hpp>
-
 #include <cmath>
 #include <cstdio>
+#include <hopattn/hopattn.hpp>
 #include <vector>
 
 int main() {
@@ -38,8 +37,8 @@ int main() {
   double max_err = 0;
   for (size_t i = 0; i < o.size(); ++i)
     max_err = std::fmax(max_err, std::fabs(o[i] - v[i % kHeadDim]));
-  std::printf("hopattn %s: lse[0] = %.4f, max |o - c| = %.2e\n", hopattn::version().c_str(),
-              lse[0], max_err);
+  std::printf("hopattn %s: lse[0] = %.4f, max |o - c| = %.2e\n", hopattn::version().c_str(), lse[0],
+              max_err);
 
   // A malformed call throws with a message naming the argument.
   Tensor bad_k = Tensor::contiguous(k.data(), f32, kBatch, kSeqlenK, 3, kHeadDim);

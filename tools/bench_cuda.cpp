@@ -43,15 +43,15 @@ bool upload(const std::vector<T>& host, DeviceBuffer& device, TimedRun& run) {
 
 template <class T>
 bool download(const DeviceBuffer& device, std::vector<T>& host, TimedRun& run) {
-  return !failed(cudaMemcpy(host.data(), device.ptr, host.size() * sizeof(T),
-                            cudaMemcpyDeviceToHost),
-                 "cudaMemcpy", run);
+  return !failed(
+      cudaMemcpy(host.data(), device.ptr, host.size() * sizeof(T), cudaMemcpyDeviceToHost),
+      "cudaMemcpy", run);
 }
 
 }  // namespace
 
-TimedRun time_on_sm90(HostTensors& tensors, const hopattn_forward_options& host_options,
-                      int warmup, int iters) {
+TimedRun time_on_sm90(HostTensors& tensors, const hopattn_forward_options& host_options, int warmup,
+                      int iters) {
   TimedRun run;
   DeviceBuffer q, k, v, o, lse;
   Events events;

@@ -13,7 +13,7 @@ namespace hopattn::bench {
 // One case's tensors in host memory, described as the C ABI sees them.
 struct HostTensors {
   std::vector<unsigned char> q, k, v, o;
-  std::vector<float> lse;  // (batch, heads_q, seqlen_q)
+  std::vector<float> lse;                 // (batch, heads_q, seqlen_q)
   hopattn_tensor tq{}, tk{}, tv{}, to{};  // data points into the vectors above
 };
 

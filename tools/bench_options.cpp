@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <sstream>
 
 #include "bench_run.hpp"
@@ -86,10 +88,9 @@ float parse_scale(const std::string& option, const std::string& text) {
 // Every case: the product of the listed values. Without --seqlen-k each case's seqlen_k is
 // its seqlen_q; --sweep adds the default sequence lengths and both mask modes.
 std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep) {
-  const hopattn_backend backend =
-      raw.backend != HOPATTN_BACKEND_AUTO ? raw.backend
-      : sm90_runnable()                   ? HOPATTN_BACKEND_SM90
-                                          : HOPATTN_BACKEND_CPU;
+  const hopattn_backend backend = raw.backend != HOPATTN_BACKEND_AUTO ? raw.backend
+                                  : sm90_runnable()                   ? HOPATTN_BACKEND_SM90
+                                                                      : HOPATTN_BACKEND_CPU;
   const BackendDefaults& d = backend == HOPATTN_BACKEND_SM90 ? kSm90Defaults : kCpuDefaults;
   auto or_default = [](const std::vector<int64_t>& given, std::vector<int64_t> fallback) {
     return given.empty() ? fallback : given;
@@ -131,42 +132,53 @@ std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep) {
 Options parse_options(int argc, char** argv) {
   Options options;
   Raw raw;
+  using Setter = std::function<void(const std::string& option, const std::string& value)>;
+  const std::map<std::string, bool*> flags{{"--help", &options.help},
+                                           {"-h", &options.help},
+                                           {"--sweep", &options.sweep},
+                                           {"--causal", &raw.causal}};
+  auto list_of = [](std::vector<int64_t>& field) -> Setter {
+    return
+        [&field](const std::string& o, const std::string& v) { field = parse_positive_list(o, v); };
+  };
+  const std::map<std::string, Setter> valued{
+      {"--batch", list_of(raw.batch)},
+      {"--seqlen-q", list_of(raw.seqlen_q)},
+      {"--seqlen-k", list_of(raw.seqlen_k)},
+      {"--heads", list_of(raw.heads)},
+      {"--heads-kv", list_of(raw.heads_kv)},
+      {"--head-dim", list_of(raw.head_dim)},
+      {"--iters", [&](auto& o, auto& v) { raw.iters = static_cast<int>(parse_positive(o, v)); }},
+      {"--scale", [&](auto& o, auto& v) { raw.scale = parse_scale(o, v); }},
+      {"--backend", [&](auto& o, auto& v) { raw.backend = parse_backend(o, v); }},
+      {"--dtype",
+       [&](auto& o, auto& v) {
+         raw.dtype.clear();
+         for (const std::string& item : split_list(o, v)) raw.dtype.push_back(parse_dtype(o, item));
+       }},
+      {"--json", [&](auto& o, auto& v) {
+         if (v.empty()) fail(o, "needs a file name");
+         options.json_path = v;
+       }}};
+
   for (int i = 1; i < argc; ++i) {
+    // --option=value and --option value are the same.
     std::string option = argv[i], value;
-    bool has_value = false;
-    if (const auto eq = option.find('='); option.rfind("--", 0) == 0 && eq != std::string::npos) {
+    const size_t eq = option.find('=');
+    const bool inline_value = option.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
       value = option.substr(eq + 1);
-      option = option.substr(0, eq);
-      has_value = true;
+      option.resize(eq);
     }
-    auto next = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) fail(option, "needs a value");
-      return argv[++i];
-    };
-    auto flag = [&] {
-      if (has_value) fail(option, "takes no value");
-      return true;
-    };
-    if (option == "--help" || option == "-h") options.help = flag();
-    else if (option == "--sweep") options.sweep = flag();
-    else if (option == "--causal") raw.causal = flag();
-    else if (option == "--batch") raw.batch = parse_positive_list(option, next());
-    else if (option == "--seqlen-q") raw.seqlen_q = parse_positive_list(option, next());
-    else if (option == "--seqlen-k") raw.seqlen_k = parse_positive_list(option, next());
-    else if (option == "--heads") raw.heads = parse_positive_list(option, next());
-    else if (option == "--heads-kv") raw.heads_kv = parse_positive_list(option, next());
-    else if (option == "--head-dim") raw.head_dim = parse_positive_list(option, next());
-    else if (option == "--iters") raw.iters = static_cast<int>(parse_positive(option, next()));
-    else if (option == "--scale") raw.scale = parse_scale(option, next());
-    else if (option == "--backend") raw.backend = parse_backend(option, next());
-    else if (option == "--json") {
-      options.json_path = next();
-      if (options.json_path.empty()) fail(option, "needs a file name");
-    } else if (option == "--dtype") {
-      raw.dtype.clear();
-      for (const std::string& item : split_list(option, next()))
-        raw.dtype.push_back(parse_dtype(option, item));
+    if (const auto flag = flags.find(option); flag != flags.end()) {
+      if (inline_value) fail(option, "takes no value");
+      *flag->second = true;
+    } else if (const auto setter = valued.find(option); setter != valued.end()) {
+      if (!inline_value) {
+        if (i + 1 >= argc) fail(option, "needs a value");
+        value = argv[++i];
+      }
+      setter->second(option, value);
     } else {
       fail(option, "unknown option (see --help)");
     }
@@ -209,18 +221,24 @@ options (those marked LIST take comma-separated values; every combination is run
 
 const char* dtype_label(hopattn_dtype dtype) {
   switch (dtype) {
-    case HOPATTN_DTYPE_FLOAT32: return "fp32";
-    case HOPATTN_DTYPE_BFLOAT16: return "bf16";
-    case HOPATTN_DTYPE_FLOAT16: return "fp16";
+    case HOPATTN_DTYPE_FLOAT32:
+      return "fp32";
+    case HOPATTN_DTYPE_BFLOAT16:
+      return "bf16";
+    case HOPATTN_DTYPE_FLOAT16:
+      return "fp16";
   }
   return "?";
 }
 
 const char* backend_label(hopattn_backend backend) {
   switch (backend) {
-    case HOPATTN_BACKEND_AUTO: return "auto";
-    case HOPATTN_BACKEND_CPU: return "cpu";
-    case HOPATTN_BACKEND_SM90: return "sm90";
+    case HOPATTN_BACKEND_AUTO:
+      return "auto";
+    case HOPATTN_BACKEND_CPU:
+      return "cpu";
+    case HOPATTN_BACKEND_SM90:
+      return "sm90";
   }
   return "?";
 }

@@ -14,7 +14,7 @@ struct CaseSpec {
   int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
   hopattn_dtype dtype = HOPATTN_DTYPE_BFLOAT16;
   bool causal = false;
-  float scale = 0.f;  // 0: the library's default 1/sqrt(head_dim)
+  float scale = 0.f;                              // 0: the library's default 1/sqrt(head_dim)
   hopattn_backend backend = HOPATTN_BACKEND_CPU;  // resolved: never AUTO
   int warmup = 0, iters = 0;
 };

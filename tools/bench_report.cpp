@@ -14,10 +14,10 @@ namespace {
 
 std::string shape_of(const CaseSpec& s) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "(%lld,%lld,%lld,%lld,%lld,%lld)",
-                static_cast<long long>(s.batch), static_cast<long long>(s.seqlen_q),
-                static_cast<long long>(s.seqlen_k), static_cast<long long>(s.heads_q),
-                static_cast<long long>(s.heads_kv), static_cast<long long>(s.head_dim));
+  std::snprintf(buf, sizeof buf, "(%lld,%lld,%lld,%lld,%lld,%lld)", static_cast<long long>(s.batch),
+                static_cast<long long>(s.seqlen_q), static_cast<long long>(s.seqlen_k),
+                static_cast<long long>(s.heads_q), static_cast<long long>(s.heads_kv),
+                static_cast<long long>(s.head_dim));
   return buf;
 }
 
@@ -91,8 +91,8 @@ void print_header(std::FILE* out, const std::vector<CaseSpec>& cases) {
   std::fprintf(out, "hopattn %s on %s\n", hopattn_version(),
                cases.empty() ? "-" : device_name(cases.front().backend).c_str());
   std::fprintf(out, "%-7s %-30s %-5s %-6s %10s %15s %9s %9s  %s\n", "backend",
-               "shape (b,sq,sk,h,hkv,d)", "dtype", "causal", "time (ms)", "throughput",
-               "rel err", "rmse", "check");
+               "shape (b,sq,sk,h,hkv,d)", "dtype", "causal", "time (ms)", "throughput", "rel err",
+               "rmse", "check");
 }
 
 void print_row(std::FILE* out, const CaseResult& r) {
@@ -103,10 +103,12 @@ void print_row(std::FILE* out, const CaseResult& r) {
                  hopattn_status_name(r.status), r.error.c_str());
     return;
   }
-  std::fprintf(out, "%-7s %-30s %-5s %-6s %10.3f %15s %9.2e %9.2e  %s\n",
-               backend_label(s.backend), shape_of(s).c_str(), dtype_label(s.dtype),
-               s.causal ? "yes" : "no", r.median_ms, throughput(r).c_str(), r.rel_error, r.rmse,
-               r.pass ? "PASS" : r.output_has_nan ? "FAIL (NaN)" : "FAIL");
+  std::fprintf(out, "%-7s %-30s %-5s %-6s %10.3f %15s %9.2e %9.2e  %s\n", backend_label(s.backend),
+               shape_of(s).c_str(), dtype_label(s.dtype), s.causal ? "yes" : "no", r.median_ms,
+               throughput(r).c_str(), r.rel_error, r.rmse,
+               r.pass             ? "PASS"
+               : r.output_has_nan ? "FAIL (NaN)"
+                                  : "FAIL");
   std::fflush(out);
 }
 
@@ -157,8 +159,7 @@ void write_json(const std::string& path, const std::vector<CaseResult>& results,
         << ", \"flops\": " << json_number(r.flops)
         << ", \"flops_per_second\": " << json_number(r.flops_per_second())
         << ",\n     \"sampled_rows\": " << r.sampled_rows
-        << ", \"rel_error\": " << json_number(r.rel_error)
-        << ", \"rmse\": " << json_number(r.rmse)
+        << ", \"rel_error\": " << json_number(r.rel_error) << ", \"rmse\": " << json_number(r.rmse)
         << ", \"lse_max_abs_error\": " << json_number(r.lse_max_abs_error)
         << ", \"rel_error_tolerance\": " << json_number(rel_error_tolerance(s.dtype))
         << ", \"output_has_nan\": " << (r.output_has_nan ? "true" : "false")

@@ -67,7 +67,9 @@ HostTensors make_tensors(const CaseSpec& s) {
   return t;
 }
 
-Strides strides_of(const hopattn_tensor& t) { return {t.batch_stride, t.seq_stride, t.head_stride}; }
+Strides strides_of(const hopattn_tensor& t) {
+  return {t.batch_stride, t.seq_stride, t.head_stride};
+}
 
 // The problem the reference reads: the case's host tensors with the resolved scale.
 AttentionProblem problem_of(const CaseSpec& s, HostTensors& t) {
@@ -101,8 +103,8 @@ std::vector<RowIndex> sample_rows(const CaseSpec& s) {
   std::vector<RowIndex> rows;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t flat = n == 1 ? 0 : i * (total - 1) / (n - 1);
-    rows.push_back({flat / (s.heads_q * s.seqlen_q), flat / s.seqlen_q % s.heads_q,
-                    flat % s.seqlen_q});
+    rows.push_back(
+        {flat / (s.heads_q * s.seqlen_q), flat / s.seqlen_q % s.heads_q, flat % s.seqlen_q});
   }
   return rows;
 }
@@ -117,8 +119,8 @@ void check_against_reference(const CaseSpec& s, HostTensors& t, CaseResult& r) {
   double err2 = 0, ref2 = 0, lse_err = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowIndex& row = rows[i];
-    const int64_t offset = row.batch * t.to.batch_stride + row.row * t.to.seq_stride +
-                           row.head * t.to.head_stride;
+    const int64_t offset =
+        row.batch * t.to.batch_stride + row.row * t.to.seq_stride + row.head * t.to.head_stride;
     for (int64_t d = 0; d < s.head_dim; ++d) {
       const double got = load(s.dtype, t.o.data() + (offset + d) * size);
       const double want = ref_o[i * s.head_dim + d];
@@ -148,8 +150,7 @@ std::string sm90_unavailable_reason() {
   const std::string info = hopattn_build_info();
   const size_t line = info.find("sm90");
   return "the sm90 backend is unavailable (" +
-         (line == std::string::npos ? info : info.substr(line, info.find('\n', line) - line)) +
-         ")";
+         (line == std::string::npos ? info : info.substr(line, info.find('\n', line) - line)) + ")";
 #else
   return "hopattn-bench was built without the CUDA runtime (no CUDA compiler at configure time)";
 #endif
@@ -174,16 +175,20 @@ TimedRun time_on_host(HostTensors& t, const hopattn_forward_options& options, in
       run.error = hopattn_last_error();
       return run;
     }
-    if (i >= warmup) run.times_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+    if (i >= warmup)
+      run.times_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
   }
   return run;
 }
 
 double rel_error_tolerance(hopattn_dtype dtype) {
   switch (dtype) {
-    case HOPATTN_DTYPE_FLOAT32: return 1e-4;
-    case HOPATTN_DTYPE_FLOAT16: return 5e-3;
-    case HOPATTN_DTYPE_BFLOAT16: return 2e-2;
+    case HOPATTN_DTYPE_FLOAT32:
+      return 1e-4;
+    case HOPATTN_DTYPE_FLOAT16:
+      return 5e-3;
+    case HOPATTN_DTYPE_BFLOAT16:
+      return 2e-2;
   }
   return 0.0;
 }

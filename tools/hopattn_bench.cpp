@@ -56,8 +56,10 @@ int main(int argc, char** argv) {
   }
   int exit_code = 0;
   for (const CaseResult& r : results) {
-    if (r.status != HOPATTN_OK) exit_code = kExitBackendError;
-    else if (!r.pass && exit_code == 0) exit_code = kExitFailedCheck;
+    if (r.status != HOPATTN_OK)
+      exit_code = kExitBackendError;
+    else if (!r.pass && exit_code == 0)
+      exit_code = kExitFailedCheck;
   }
   return exit_code;
 }
