@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(Config::kNumThreads, 1)
   if (is_producer) {
     cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
     if (threadIdx.x == 0 && key_block_end > 0) {
-      Mainloop::load(params, shared, k_pipeline, v_pipeline, tile, key_block_end);
+      auto write_state = cutlass::make_producer_start_state<Pipeline>();
+      Mainloop::load(params, shared, k_pipeline, v_pipeline, write_state, tile, key_block_end);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();

@@ -30,11 +30,10 @@ struct Mainloop {
   static constexpr int kHeadDim = Config::kHeadDim;
 
   // Issued by a single producer thread. Key blocks are visited last to first, the order the
-  // consumers expect (boundary blocks that need masking come first), and K runs one block ahead
-  // of V as the consumers use them: a K buffer is refilled as soon as its S = Q K^T retires,
-  // without waiting behind the V buffer that the previous block's P V still reads.
+  // consumers expect (boundary blocks that need masking come first).
   __device__ static void load(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
-                              Pipeline& v_pipeline, TileCoord const& tile, int key_block_end) {
+                              Pipeline& v_pipeline, PipelineState& write_state,
+                              TileCoord const& tile, int key_block_end) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKV{});
     Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), typename Config::SmemLayoutKV{});
@@ -60,27 +59,15 @@ struct Mainloop {
     shared.q_full.arrive_and_expect_tx(Config::kQTileBytes);
     copy(params.tma_load_q.with(reinterpret_cast<uint64_t&>(shared.q_full), 0), tQgQ, tQsQ);
 
-    auto k_write = cutlass::make_producer_start_state<Pipeline>();
-    auto v_write = k_write;
-    auto load_k = [&](int n_block) {
-      k_pipeline.producer_acquire(k_write);
-      copy(params.tma_load_k.with(*k_pipeline.producer_get_barrier(k_write), 0), tKgK(_, n_block),
-           tKsK(_, k_write.index()));
-      ++k_write;
-    };
-    auto load_v = [&](int n_block) {
-      v_pipeline.producer_acquire(v_write);
-      copy(params.tma_load_v.with(*v_pipeline.producer_get_barrier(v_write), 0), tVgV(_, n_block),
-           tVsV(_, v_write.index()));
-      ++v_write;
-    };
-    int n_block = key_block_end - 1;
-    load_k(n_block);
-    for (; n_block > 0; --n_block) {
-      load_k(n_block - 1);
-      load_v(n_block);
+    for (int n_block = key_block_end - 1; n_block >= 0; --n_block) {
+      k_pipeline.producer_acquire(write_state);
+      copy(params.tma_load_k.with(*k_pipeline.producer_get_barrier(write_state), 0),
+           tKgK(_, n_block), tKsK(_, write_state.index()));
+      v_pipeline.producer_acquire(write_state);
+      copy(params.tma_load_v.with(*v_pipeline.producer_get_barrier(write_state), 0),
+           tVgV(_, n_block), tVsV(_, write_state.index()));
+      ++write_state;
     }
-    load_v(0);
   }
 
   // Run by every consumer thread; `thread_idx` counts from 0 over the consumer warpgroups.
