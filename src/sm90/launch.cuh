@@ -32,18 +32,14 @@ hopattn_status launch_config(ForwardParams<Config> const& params, cudaStream_t s
   return HOPATTN_OK;
 }
 
-template <class Element, int kHeadDim, bool kCausal>
-hopattn_status launch_tiles(AttentionProblem const& problem) {
-  using Tiles = TileSize<kHeadDim, kCausal>;
-  using Config = ForwardConfig<Element, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
-  return launch_config<Config, kCausal>(make_forward_params<Config>(problem),
-                                        static_cast<cudaStream_t>(problem.cuda_stream));
-}
-
 template <class Element, int kHeadDim>
 hopattn_status launch_forward(AttentionProblem const& problem) {
-  return problem.causal ? launch_tiles<Element, kHeadDim, true>(problem)
-                        : launch_tiles<Element, kHeadDim, false>(problem);
+  using Tiles = TileSize<kHeadDim>;
+  using Config = ForwardConfig<Element, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
+  const auto params = make_forward_params<Config>(problem);
+  auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
+  return problem.causal ? launch_config<Config, true>(params, stream)
+                        : launch_config<Config, false>(params, stream);
 }
 
 }  // namespace hopattn::sm90

@@ -8,15 +8,12 @@
 //   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V
 //   64        192 x 128          2       32 + 64 + 32           24 + 32 + 32 =  88 KB
 //   96        128 x 128          2       48 + 64 + 32           24 + 48 + 48 = 120 KB
-//   128       128 x 176          2       64 + 88 + 44           32 + 88 + 88 = 208 KB   non-causal
-//   128       128 x 128          2       64 + 64 + 32           32 + 64 + 64 = 160 KB   causal
+//   128       128 x 128          2       64 + 64 + 32           32 + 64 + 64 = 160 KB
 //   192       128 x  96          2       96 + 48 + 24           48 + 72 + 72 = 192 KB
 //   256       128 x  80          2      128 + 40 + 20           64 + 80 + 80 = 224 KB
 //
 // head_dim 64 has the least GEMM work per score, so it takes three consumer warpgroups (kBlockM 192)
 // to keep more softmax in flight; its registers fit the smaller per-thread budget of three.
-// At head_dim 128 a wider key block means fewer, longer GEMMs per query block; under the causal
-// mask it would also mean more masked scores on the diagonal, so the causal kernel keeps 128.
 // The softmax of one block overlaps the P V of the previous one (mainloop.cuh), so a second score
 // tile is live as well: head_dim 192 keeps kBlockN at 96 for that register headroom. head_dim 256
 // is bound by shared memory: kBlockN = 80 is the largest multiple of 16 for which two stages of K
@@ -25,27 +22,27 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim, bool kCausal>
+template <int kHeadDim>
 struct TileSize;
 
-template <bool kCausal>
-struct TileSize<64, kCausal> {
+template <>
+struct TileSize<64> {
   static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
 };
-template <bool kCausal>
-struct TileSize<96, kCausal> {
+template <>
+struct TileSize<96> {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
 };
-template <bool kCausal>
-struct TileSize<128, kCausal> {
-  static constexpr int kBlockM = 128, kBlockN = kCausal ? 128 : 176, kStages = 2;
+template <>
+struct TileSize<128> {
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
 };
-template <bool kCausal>
-struct TileSize<192, kCausal> {
+template <>
+struct TileSize<192> {
   static constexpr int kBlockM = 128, kBlockN = 96, kStages = 2;
 };
-template <bool kCausal>
-struct TileSize<256, kCausal> {
+template <>
+struct TileSize<256> {
   static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
 };
 
