@@ -14,7 +14,7 @@ namespace hopattn::sm90 {
 
 using namespace cute;
 
-// Named barriers 0 and 1 are CUTLASS's; ours start after them.
+// Ids of our named barriers; cutlass::arch::NamedBarrier adds the offset past CUTLASS's reserved ones.
 enum class NamedBarrier : uint32_t { kOutputStaged = 2, kQueryTileFree = 3 };
 
 template <class Config>
