@@ -193,6 +193,46 @@ hopattn_status check_lse(const hopattn_tensor& q, const float* lse) {
   return HOPATTN_OK;
 }
 
+// The backends read Q, K and V while other threads (CTAs) already write O and LSE, so an output
+// sharing memory with an input, as in-place attention would, reads partly overwritten data. The
+// test compares byte ranges: it also refuses an output interleaved with inputs in one buffer.
+hopattn_status check_outputs_do_not_overlap_inputs(const hopattn_tensor& q, const hopattn_tensor& k,
+                                                   const hopattn_tensor& v, const hopattn_tensor& o,
+                                                   const float* lse) {
+  struct ByteRange {
+    const char* name;
+    uintptr_t begin, end;
+  };
+  auto range_of = [](const char* name, const hopattn_tensor& t) {
+    int64_t bytes = 0;
+    end_in_bytes(t, bytes);  // fits: check_tensor has checked it
+    const auto begin = reinterpret_cast<uintptr_t>(t.data);
+    return ByteRange{name, begin, begin + static_cast<uint64_t>(bytes)};
+  };
+  const ByteRange inputs[] = {range_of("q", q), range_of("k", k), range_of("v", v)};
+  const ByteRange output = range_of("o", o);
+  const auto overlaps = [](const ByteRange& a, const ByteRange& b) {
+    return a.begin < b.end && b.begin < a.end;
+  };
+  for (const ByteRange& input : inputs) {
+    if (overlaps(output, input)) {
+      return invalid("o shares memory with ", input.name,
+                     "; outputs must not overlap the inputs (in-place attention is not supported)");
+    }
+  }
+  if (lse == nullptr) return HOPATTN_OK;
+  const auto lse_begin = reinterpret_cast<uintptr_t>(lse);
+  const ByteRange lse_range{
+      "lse", lse_begin,
+      lse_begin + static_cast<uint64_t>(q.batch * q.heads * q.seqlen) * sizeof(float)};
+  for (const ByteRange& other : {inputs[0], inputs[1], inputs[2], output}) {
+    if (overlaps(lse_range, other)) {
+      return invalid("lse shares memory with ", other.name, "; it must be a buffer of its own");
+    }
+  }
+  return HOPATTN_OK;
+}
+
 struct NamedPointer {
   const void* pointer;
   std::string name;
@@ -373,6 +413,8 @@ hopattn_status validate_forward(const hopattn_tensor* q, const hopattn_tensor* k
   }
   if (hopattn_status s = check_shapes(*q, *k, *v, *o); s != HOPATTN_OK) return s;
   if (hopattn_status s = check_lse(*q, lse); s != HOPATTN_OK) return s;
+  if (hopattn_status s = check_outputs_do_not_overlap_inputs(*q, *k, *v, *o, lse); s != HOPATTN_OK)
+    return s;
   if (hopattn_status s =
           resolve_backend(options.backend, *q, *k, *v, *o, lse, system, call.backend);
       s != HOPATTN_OK) {

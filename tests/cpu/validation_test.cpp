@@ -367,6 +367,20 @@ TEST_F(Validation, RejectsLseLargerThanTheAddressSpace) {
                   "lse: batch * heads_q * seqlen_q = 1 * 1 * 2305843009213693952");
 }
 
+TEST_F(Validation, RejectsOutputOverlappingAnInput) {
+  o.data = static_cast<char*>(q.data) + 64;  // in place, shifted: still shares q's bytes
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "o shares memory with q");
+  o.data = v.data;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "o shares memory with v");
+}
+
+TEST_F(Validation, RejectsLseOverlappingATensor) {
+  lse = static_cast<float*>(o.data);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "lse shares memory with o");
+  lse = static_cast<float*>(k.data);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "lse shares memory with k");
+}
+
 TEST_F(Validation, RejectsUnknownBackend) {
   options.backend = static_cast<hopattn_backend>(7);
   expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
