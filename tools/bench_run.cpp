@@ -67,32 +67,12 @@ HostTensors make_tensors(const CaseSpec& s) {
   return t;
 }
 
-Strides strides_of(const hopattn_tensor& t) {
-  return {t.batch_stride, t.seq_stride, t.head_stride};
-}
-
 // The problem the reference reads: the case's host tensors with the resolved scale.
 AttentionProblem problem_of(const CaseSpec& s, HostTensors& t) {
-  AttentionProblem p;
-  p.dtype = s.dtype;
-  p.batch = s.batch;
-  p.seqlen_q = s.seqlen_q;
-  p.seqlen_k = s.seqlen_k;
-  p.heads_q = s.heads_q;
-  p.heads_kv = s.heads_kv;
-  p.head_dim = s.head_dim;
-  p.q = t.q.data();
-  p.k = t.k.data();
-  p.v = t.v.data();
-  p.o = t.o.data();
-  p.lse = t.lse.data();
-  p.q_stride = strides_of(t.tq);
-  p.k_stride = strides_of(t.tk);
-  p.v_stride = strides_of(t.tv);
-  p.o_stride = strides_of(t.to);
-  p.causal = s.causal;
-  p.softmax_scale = s.scale > 0 ? s.scale : 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  return p;
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.causal = s.causal;
+  options.softmax_scale = s.scale > 0 ? s.scale : 0.f;
+  return hopattn::problem_of(t.tq, t.tk, t.tv, t.to, t.lse.data(), options);
 }
 
 // kSampledRows (batch, head, row) triples evenly spaced over all rows in that order, so they

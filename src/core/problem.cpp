@@ -1,8 +1,44 @@
 #include "core/problem.hpp"
 
+#include <cmath>
+
 #include "core/causal_mask.hpp"
 
 namespace hopattn {
+
+namespace {
+
+Strides strides_of(const hopattn_tensor& t) { return {t.batch_stride, t.seq_stride, t.head_stride}; }
+
+}  // namespace
+
+AttentionProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_tensor& v,
+                            const hopattn_tensor& o, float* lse,
+                            const hopattn_forward_options& options) {
+  AttentionProblem p;
+  p.dtype = q.dtype;
+  p.batch = q.batch;
+  p.seqlen_q = q.seqlen;
+  p.seqlen_k = k.seqlen;
+  p.heads_q = q.heads;
+  p.heads_kv = k.heads;
+  p.head_dim = q.head_dim;
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  p.o = o.data;
+  p.lse = lse;
+  p.q_stride = strides_of(q);
+  p.k_stride = strides_of(k);
+  p.v_stride = strides_of(v);
+  p.o_stride = strides_of(o);
+  p.causal = options.causal != 0;
+  p.softmax_scale = options.softmax_scale != 0.f
+                        ? options.softmax_scale
+                        : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.head_dim)));
+  p.cuda_stream = options.cuda_stream;
+  return p;
+}
 
 double AttentionProblem::flops() const {
   // Visible keys summed over query rows; the causal count is a closed-form sum of

@@ -36,6 +36,13 @@ struct AttentionProblem {
   double flops() const;
 };
 
+// The problem the C API call (q, k, v, o, lse, options) describes, with the softmax scale resolved
+// (0 means 1/sqrt(head_dim)). It checks nothing: the API validates first; tests and tools build
+// their own well-formed calls.
+AttentionProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_tensor& v,
+                            const hopattn_tensor& o, float* lse,
+                            const hopattn_forward_options& options);
+
 inline int64_t lse_offset(const AttentionProblem& p, int64_t b, int64_t h, int64_t row) {
   return (b * p.heads_q + h) * p.seqlen_q + row;
 }

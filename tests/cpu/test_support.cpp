@@ -156,31 +156,10 @@ CaseTensors::CaseTensors(const Case& c, std::mt19937_64& rng) {
 }
 
 AttentionProblem CaseTensors::problem(const Case& c) {
-  AttentionProblem p;
-  p.dtype = c.dtype;
-  p.batch = c.batch;
-  p.seqlen_q = c.seqlen_q;
-  p.seqlen_k = c.seqlen_k;
-  p.heads_q = c.heads_q;
-  p.heads_kv = c.heads_kv;
-  p.head_dim = c.head_dim;
-  p.q = q.data;
-  p.k = k.data;
-  p.v = v.data;
-  p.o = o.data;
-  p.lse = lse.data();
-  const auto strides = [](const hopattn_tensor& t) {
-    return Strides{t.batch_stride, t.seq_stride, t.head_stride};
-  };
-  p.q_stride = strides(q);
-  p.k_stride = strides(k);
-  p.v_stride = strides(v);
-  p.o_stride = strides(o);
-  p.causal = c.causal;
-  p.softmax_scale = c.softmax_scale != 0.f
-                        ? c.softmax_scale
-                        : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-  return p;
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.causal = c.causal;
+  options.softmax_scale = c.softmax_scale;
+  return problem_of(q, k, v, o, lse.data(), options);
 }
 
 std::string ErrorNorms::str() const {

@@ -73,28 +73,16 @@ float to_float(hopattn_dtype dtype, uint16_t bits) {
                                          : hopattn::to_float(hopattn::float16{bits});
 }
 
+// The same call on the host copies of the inputs, for the reference.
 hopattn::AttentionProblem host_problem(const Case& c, const DeviceTensor& q, const DeviceTensor& k,
                                        const DeviceTensor& v) {
-  hopattn::AttentionProblem p;
-  p.dtype = c.dtype;
-  p.batch = c.batch;
-  p.seqlen_q = c.seqlen_q;
-  p.seqlen_k = c.seqlen_k;
-  p.heads_q = c.heads_kv * c.group;
-  p.heads_kv = c.heads_kv;
-  p.head_dim = c.head_dim;
-  p.q = q.host.data();
-  p.k = k.host.data();
-  p.v = v.host.data();
-  auto strides = [](const hopattn_tensor& t) {
-    return hopattn::Strides{t.batch_stride, t.seq_stride, t.head_stride};
-  };
-  p.q_stride = strides(q.desc);
-  p.k_stride = strides(k.desc);
-  p.v_stride = strides(v.desc);
-  p.causal = c.causal;
-  p.softmax_scale = 1.f / std::sqrt(float(c.head_dim));
-  return p;
+  hopattn_tensor qh = q.desc, kh = k.desc, vh = v.desc;
+  qh.data = const_cast<uint16_t*>(q.host.data());
+  kh.data = const_cast<uint16_t*>(k.host.data());
+  vh.data = const_cast<uint16_t*>(v.host.data());
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.causal = c.causal;
+  return hopattn::problem_of(qh, kh, vh, qh /* o: unused by the reference */, nullptr, options);
 }
 
 // The float64 reference; for the longest sequences, whose naive float64 product would take minutes,
@@ -107,25 +95,27 @@ void reference(const Case& c, const DeviceTensor& q, const DeviceTensor& k, cons
     return;
   }
   const int64_t heads_q = problem.heads_q;
+  // The same inputs widened to float32, so that the output is not rounded to 16 bits a second time.
+  auto widened = [&](const DeviceTensor& t) {
+    std::vector<float> values(t.host.size());
+    for (size_t i = 0; i < values.size(); ++i) values[i] = to_float(c.dtype, t.host[i]);
+    return values;
+  };
+  std::vector<float> q32 = widened(q), k32 = widened(k), v32 = widened(v);
   hopattn_tensor qh = q.desc, kh = k.desc, vh = v.desc;
-  qh.data = const_cast<uint16_t*>(q.host.data());
-  kh.data = const_cast<uint16_t*>(k.host.data());
-  vh.data = const_cast<uint16_t*>(v.host.data());
+  qh.data = q32.data();
+  kh.data = k32.data();
+  vh.data = v32.data();
+  qh.dtype = kh.dtype = vh.dtype = HOPATTN_DTYPE_FLOAT32;
   std::vector<float> o32(size_t(c.batch * c.seqlen_q * heads_q * c.head_dim));
   std::vector<float> lse32(size_t(c.batch * heads_q * c.seqlen_q));
-  // Float32 output keeps the reference free of a second rounding to 16 bits.
-  std::vector<float> q32(qh.batch * qh.batch_stride), k32(kh.batch * kh.batch_stride), v32(vh.batch * vh.batch_stride);
-  for (size_t i = 0; i < q32.size(); ++i) q32[i] = to_float(c.dtype, q.host[i]);
-  for (size_t i = 0; i < k32.size(); ++i) k32[i] = to_float(c.dtype, k.host[i]);
-  for (size_t i = 0; i < v32.size(); ++i) v32[i] = to_float(c.dtype, v.host[i]);
-  qh.data = q32.data(); kh.data = k32.data(); vh.data = v32.data();
-  qh.dtype = kh.dtype = vh.dtype = HOPATTN_DTYPE_FLOAT32;
   hopattn_tensor oh{o32.data(), HOPATTN_DTYPE_FLOAT32, c.batch, c.seqlen_q, heads_q, c.head_dim,
                     c.seqlen_q * heads_q * c.head_dim, heads_q * c.head_dim, c.head_dim};
   hopattn_forward_options options = hopattn_default_forward_options();
   options.causal = c.causal;
   options.backend = HOPATTN_BACKEND_CPU;
-  ASSERT_EQ(hopattn_forward(&qh, &kh, &vh, &oh, lse32.data(), &options), HOPATTN_OK) << hopattn_last_error();
+  ASSERT_EQ(hopattn_forward(&qh, &kh, &vh, &oh, lse32.data(), &options), HOPATTN_OK)
+      << hopattn_last_error();
   out.assign(o32.begin(), o32.end());
   lse.assign(lse32.begin(), lse32.end());
 }
