@@ -53,11 +53,12 @@ bool download(const DeviceBuffer& device, std::vector<T>& host, TimedRun& run) {
 TimedRun time_on_sm90(HostTensors& tensors, const hopattn_forward_options& host_options, int warmup,
                       int iters) {
   TimedRun run;
-  DeviceBuffer q, k, v, o, lse;
+  DeviceBuffer q, k, v, o, lse, cu_seqlens;
   Events events;
   Stream stream;
   if (!upload(tensors.q, q, run) || !upload(tensors.k, k, run) || !upload(tensors.v, v, run) ||
       !upload(tensors.o, o, run) || !upload(tensors.lse, lse, run) ||
+      (tensors.is_varlen && !upload(tensors.cu_seqlens, cu_seqlens, run)) ||
       failed(cudaStreamCreateWithFlags(&stream.stream, cudaStreamNonBlocking), "stream", run) ||
       failed(cudaEventCreate(&events.start), "cudaEventCreate", run) ||
       failed(cudaEventCreate(&events.stop), "cudaEventCreate", run))
@@ -68,11 +69,15 @@ TimedRun time_on_sm90(HostTensors& tensors, const hopattn_forward_options& host_
   tk.data = k.ptr;
   tv.data = v.ptr;
   to.data = o.ptr;
+  // The SM90 backend reads the prefix sums on the device.
+  hopattn_varlen varlen = tensors.varlen;
+  varlen.cu_seqlens_q = varlen.cu_seqlens_k = static_cast<const int32_t*>(cu_seqlens.ptr);
   hopattn_forward_options options = host_options;
   options.cuda_stream = stream.stream;
   for (int i = 0; i < warmup + iters; ++i) {
     if (failed(cudaEventRecord(events.start, stream.stream), "cudaEventRecord", run)) return run;
-    run.status = hopattn_forward(&tq, &tk, &tv, &to, static_cast<float*>(lse.ptr), &options);
+    run.status =
+        run_forward(tensors, tq, tk, tv, to, static_cast<float*>(lse.ptr), varlen, options);
     if (run.status != HOPATTN_OK) {
       run.error = hopattn_last_error();
       return run;

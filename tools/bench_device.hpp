@@ -3,6 +3,7 @@
 // with HOPATTN_HAVE_CUDA).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,20 @@ namespace hopattn::bench {
 // One case's tensors in host memory, described as the C ABI sees them.
 struct HostTensors {
   std::vector<unsigned char> q, k, v, o;
-  std::vector<float> lse;                 // (batch, heads_q, seqlen_q)
+  std::vector<float> lse;                 // (batch, heads_q, seqlen_q) or (heads_q, total_q)
   hopattn_tensor tq{}, tk{}, tv{}, to{};  // data points into the vectors above
+  // A variable-length case: the prefix sums (the same for queries and keys) and the varlen
+  // struct pointing at them; is_varlen false for a fixed-length case.
+  bool is_varlen = false;
+  std::vector<int32_t> cu_seqlens;
+  hopattn_varlen varlen{};
 };
+
+// hopattn_forward or hopattn_forward_varlen, as the tensors say, with these pointers.
+hopattn_status run_forward(const HostTensors& tensors, const hopattn_tensor& q,
+                           const hopattn_tensor& k, const hopattn_tensor& v, hopattn_tensor& o,
+                           float* lse, const hopattn_varlen& varlen,
+                           const hopattn_forward_options& options);
 
 struct TimedRun {
   hopattn_status status = HOPATTN_OK;

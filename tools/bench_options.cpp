@@ -1,10 +1,13 @@
 #include "bench_options.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "bench_run.hpp"
@@ -30,6 +33,7 @@ struct Raw {
   float scale = 0.f;
   hopattn_backend backend = HOPATTN_BACKEND_AUTO;
   int iters = 0;
+  std::vector<int32_t> varlen;
 };
 
 [[noreturn]] void fail(const std::string& option, const std::string& what) {
@@ -88,6 +92,16 @@ float parse_scale(const std::string& option, const std::string& text) {
 // Every case: the product of the listed values. Without --seqlen-k each case's seqlen_k is
 // its seqlen_q; --sweep adds the default sequence lengths and both mask modes.
 std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep) {
+  if (!raw.varlen.empty()) {
+    const std::pair<const char*, bool> conflicts[] = {{"--batch", !raw.batch.empty()},
+                                                      {"--seqlen-q", !raw.seqlen_q.empty()},
+                                                      {"--seqlen-k", !raw.seqlen_k.empty()},
+                                                      {"--sweep", sweep}};
+    for (const auto& [option, given] : conflicts) {
+      if (given) fail("--varlen", std::string("cannot be combined with ") + option +
+                                      " (the lengths give the batch)");
+    }
+  }
   const hopattn_backend backend = raw.backend != HOPATTN_BACKEND_AUTO ? raw.backend
                                   : sm90_runnable()                   ? HOPATTN_BACKEND_SM90
                                                                       : HOPATTN_BACKEND_CPU;
@@ -122,6 +136,12 @@ std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep) {
                   c.backend = backend;
                   c.warmup = d.warmup;
                   c.iters = raw.iters > 0 ? raw.iters : d.iters;
+                  if (!raw.varlen.empty()) {
+                    c.varlen_lengths = raw.varlen;
+                    c.batch = static_cast<int64_t>(raw.varlen.size());
+                    c.seqlen_q = c.seqlen_k = 0;
+                    for (int32_t length : raw.varlen) c.seqlen_q = c.seqlen_k += length;
+                  }
                   cases.push_back(c);
                 }
   return cases;
@@ -151,6 +171,7 @@ Options parse_options(int argc, char** argv) {
       {"--iters", [&](auto& o, auto& v) { raw.iters = static_cast<int>(parse_positive(o, v)); }},
       {"--scale", [&](auto& o, auto& v) { raw.scale = parse_scale(o, v); }},
       {"--backend", [&](auto& o, auto& v) { raw.backend = parse_backend(o, v); }},
+      {"--varlen", [&](auto& o, auto& v) { raw.varlen = parse_varlen(o, v); }},
       {"--dtype",
        [&](auto& o, auto& v) {
          raw.dtype.clear();
@@ -187,6 +208,44 @@ Options parse_options(int argc, char** argv) {
   return options;
 }
 
+std::vector<int32_t> parse_varlen(const std::string& option, const std::string& value) {
+  // A listed length may be 0 (an empty sequence); TOTAL, MIN and MAX are positive.
+  const auto length_of = [&](const std::string& text) {
+    const int64_t length = text == "0" ? 0 : parse_positive(option, text);
+    if (length > INT32_MAX) fail(option, "a length must fit in int32, got '" + text + "'");
+    return static_cast<int32_t>(length);
+  };
+  if (value.rfind("random:", 0) != 0) {
+    std::vector<int32_t> lengths;
+    int64_t total = 0;
+    for (const std::string& item : split_list(option, value)) {
+      lengths.push_back(length_of(item));
+      total += lengths.back();
+    }
+    if (total > INT32_MAX) fail(option, "the lengths must sum to less than 2^31");
+    if (total == 0) fail(option, "the lengths must not all be 0");
+    return lengths;
+  }
+  std::vector<std::string> fields;
+  std::stringstream stream(value.substr(7));
+  for (std::string field; std::getline(stream, field, ':');) fields.push_back(field);
+  if (fields.size() != 1 && fields.size() != 3)
+    fail(option, "random takes TOTAL or TOTAL:MIN:MAX, got '" + value + "'");
+  const int32_t total = static_cast<int32_t>(parse_positive(option, fields[0]));
+  const int32_t min = fields.size() == 3 ? length_of(fields[1]) : 128;
+  const int32_t max = fields.size() == 3 ? length_of(fields[2]) : 8192;
+  if (min < 1 || min > max) fail(option, "needs 1 <= MIN <= MAX in '" + value + "'");
+  std::mt19937_64 rng(20240711);
+  std::uniform_int_distribution<int32_t> uniform(min, max);
+  std::vector<int32_t> lengths;
+  for (int64_t sum = 0; sum < total;) {
+    const int32_t length = static_cast<int32_t>(std::min<int64_t>(uniform(rng), total - sum));
+    lengths.push_back(length);
+    sum += length;
+  }
+  return lengths;
+}
+
 const char* help_text() {
   return R"(usage: hopattn-bench [options]
 
@@ -209,6 +268,12 @@ options (those marked LIST take comma-separated values; every combination is run
   --causal              bottom-right aligned causal mask
   --scale X             softmax scale > 0 (default 1/sqrt(head_dim))
   --backend NAME        auto, cpu or sm90 (default auto: sm90 if available, else cpu)
+  --varlen LIST         a variable-length batch (hopattn_forward_varlen): one sequence per
+                        length, as many keys as queries, e.g. 128,4096,1000; or
+                        random:TOTAL[:MIN:MAX], lengths drawn from MIN..MAX (default
+                        128..8192, fixed seed) until they sum to TOTAL tokens. Not with
+                        --batch, --seqlen-q, --seqlen-k or --sweep. FLOPs are summed per
+                        sequence.
   --iters N             timed runs per case (default 20 on sm90, 5 on cpu)
   --sweep               seqlen 1024, 2048, 4096 (unless --seqlen-q is given), each with and
                         without the causal mask (only with it if --causal is given);

@@ -11,7 +11,11 @@ namespace hopattn::bench {
 
 // One attention problem to time and check.
 struct CaseSpec {
+  // Fixed length: batch sequences of seqlen_q queries and seqlen_k keys. Variable length
+  // (varlen_lengths not empty): one sequence per entry, as many queries as keys, packed; batch is
+  // then the number of sequences and seqlen_q = seqlen_k the total.
   int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
+  std::vector<int32_t> varlen_lengths;
   hopattn_dtype dtype = HOPATTN_DTYPE_BFLOAT16;
   bool causal = false;
   float scale = 0.f;                              // 0: the library's default 1/sqrt(head_dim)
@@ -35,6 +39,9 @@ struct UsageError {
 };
 
 const char* help_text();
+// --varlen's value: "128,4096,1000", or "random:TOTAL[:MIN:MAX]" (lengths uniform in MIN..MAX,
+// default 128..8192, the last one cut so that they sum to TOTAL; a fixed seed).
+std::vector<int32_t> parse_varlen(const std::string& option, const std::string& value);
 const char* dtype_label(hopattn_dtype dtype);
 const char* backend_label(hopattn_backend backend);
 

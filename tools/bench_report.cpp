@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <stdexcept>
@@ -14,6 +15,15 @@ namespace {
 
 std::string shape_of(const CaseSpec& s) {
   char buf[96];
+  if (!s.varlen_lengths.empty()) {
+    int32_t longest = 0;
+    for (int32_t length : s.varlen_lengths) longest = std::max(longest, length);
+    std::snprintf(buf, sizeof buf, "varlen(n=%lld,total=%lld,max=%d,%lld,%lld,%lld)",
+                  static_cast<long long>(s.batch), static_cast<long long>(s.seqlen_q), longest,
+                  static_cast<long long>(s.heads_q), static_cast<long long>(s.heads_kv),
+                  static_cast<long long>(s.head_dim));
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, "(%lld,%lld,%lld,%lld,%lld,%lld)", static_cast<long long>(s.batch),
                 static_cast<long long>(s.seqlen_q), static_cast<long long>(s.seqlen_k),
                 static_cast<long long>(s.heads_q), static_cast<long long>(s.heads_kv),
@@ -90,7 +100,7 @@ std::string case_label(const CaseSpec& s) {
 void print_header(std::FILE* out, const std::vector<CaseSpec>& cases) {
   std::fprintf(out, "hopattn %s on %s\n", hopattn_version(),
                cases.empty() ? "-" : device_name(cases.front().backend).c_str());
-  std::fprintf(out, "%-7s %-30s %-5s %-6s %10s %15s %9s %9s  %s\n", "backend",
+  std::fprintf(out, "%-7s %-38s %-5s %-6s %10s %15s %9s %9s  %s\n", "backend",
                "shape (b,sq,sk,h,hkv,d)", "dtype", "causal", "time (ms)", "throughput", "rel err",
                "rmse", "check");
 }
@@ -98,12 +108,12 @@ void print_header(std::FILE* out, const std::vector<CaseSpec>& cases) {
 void print_row(std::FILE* out, const CaseResult& r) {
   const CaseSpec& s = r.spec;
   if (r.status != HOPATTN_OK) {
-    std::fprintf(out, "%-7s %-30s %-5s %-6s  %s: %s\n", backend_label(s.backend),
+    std::fprintf(out, "%-7s %-38s %-5s %-6s  %s: %s\n", backend_label(s.backend),
                  shape_of(s).c_str(), dtype_label(s.dtype), s.causal ? "yes" : "no",
                  hopattn_status_name(r.status), r.error.c_str());
     return;
   }
-  std::fprintf(out, "%-7s %-30s %-5s %-6s %10.3f %15s %9.2e %9.2e  %s\n", backend_label(s.backend),
+  std::fprintf(out, "%-7s %-38s %-5s %-6s %10.3f %15s %9.2e %9.2e  %s\n", backend_label(s.backend),
                shape_of(s).c_str(), dtype_label(s.dtype), s.causal ? "yes" : "no", r.median_ms,
                throughput(r).c_str(), r.rel_error, r.rmse,
                r.pass             ? "PASS"
@@ -149,7 +159,16 @@ void write_json(const std::string& path, const std::vector<CaseResult>& results,
         << ", \"seqlen_q\": " << s.seqlen_q << ", \"seqlen_k\": " << s.seqlen_k
         << ", \"heads_q\": " << s.heads_q << ", \"heads_kv\": " << s.heads_kv
         << ", \"head_dim\": " << s.head_dim << ", \"causal\": " << (s.causal ? "true" : "false")
-        << ", \"scale\": " << (s.scale > 0 ? json_number(s.scale) : "null")
+        << ", \"varlen_lengths\": ";
+    if (s.varlen_lengths.empty()) {
+      out << "null";
+    } else {
+      out << "[";
+      for (size_t l = 0; l < s.varlen_lengths.size(); ++l)
+        out << (l ? ", " : "") << s.varlen_lengths[l];
+      out << "]";
+    }
+    out << ", \"scale\": " << (s.scale > 0 ? json_number(s.scale) : "null")
         << ", \"warmup\": " << s.warmup << ", \"iters\": " << s.iters
         << ",\n     \"status\": " << json_string(hopattn_status_name(r.status))
         << ", \"error\": " << json_string(r.error) << ", \"times_ms\": [";

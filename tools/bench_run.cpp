@@ -7,9 +7,12 @@
 #include <fstream>
 #include <random>
 
+#include "api/abi.hpp"
+#include "api/problem_of.hpp"
 #include "bench_device.hpp"
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
+#include "core/seqlen.hpp"
 #include "cpu/reference.hpp"
 
 namespace hopattn::bench {
@@ -20,24 +23,28 @@ constexpr double kLseTolerance = 1e-3;  // natural-log units; LSE is float32 for
 constexpr uint64_t kSeed = 20240711;
 
 void store(hopattn_dtype dtype, float x, unsigned char* dst) {
-  visit_dtype(dtype, [&](auto element) {
+  visit_dtype(dtype_of(dtype), [&](auto element) {
     const auto value = from_float<decltype(element)>(x);
     std::memcpy(dst, &value, sizeof value);
   });
 }
 
 float load(hopattn_dtype dtype, const unsigned char* src) {
-  return visit_dtype(dtype, [&](auto element) {
+  return visit_dtype(dtype_of(dtype), [&](auto element) {
     std::memcpy(&element, src, sizeof element);
     return to_float(element);
   });
 }
 
+// The tensors' batch: 1 for a variable-length case, whose sequences are packed along seqlen.
+int64_t tensor_batch(const CaseSpec& s) { return s.varlen_lengths.empty() ? s.batch : 1; }
+
 // A packed (batch, seqlen, heads, head_dim) tensor in `storage`, N(0,1) when `rng` is given.
 hopattn_tensor make_tensor(const CaseSpec& s, int64_t seqlen, int64_t heads,
                            std::vector<unsigned char>& storage, std::mt19937_64* rng) {
-  const size_t count = static_cast<size_t>(s.batch * seqlen * heads * s.head_dim);
-  const size_t size = static_cast<size_t>(element_size(s.dtype));
+  const int64_t batch = tensor_batch(s);
+  const size_t count = static_cast<size_t>(batch * seqlen * heads * s.head_dim);
+  const size_t size = static_cast<size_t>(element_size(dtype_of(s.dtype)));
   storage.assign(count * size, 0);
   if (rng) {
     std::normal_distribution<float> normal(0.f, 1.f);
@@ -46,7 +53,7 @@ hopattn_tensor make_tensor(const CaseSpec& s, int64_t seqlen, int64_t heads,
   hopattn_tensor t{};
   t.data = storage.data();
   t.dtype = s.dtype;
-  t.batch = s.batch;
+  t.batch = batch;
   t.seqlen = seqlen;
   t.heads = heads;
   t.head_dim = s.head_dim;
@@ -63,51 +70,89 @@ HostTensors make_tensors(const CaseSpec& s) {
   t.tk = make_tensor(s, s.seqlen_k, s.heads_kv, t.k, &rng);
   t.tv = make_tensor(s, s.seqlen_k, s.heads_kv, t.v, &rng);
   t.to = make_tensor(s, s.seqlen_q, s.heads_q, t.o, nullptr);
-  t.lse.assign(static_cast<size_t>(s.batch * s.heads_q * s.seqlen_q), 0.f);
+  const int64_t lse_rows = tensor_batch(s) * s.heads_q * s.seqlen_q;
+  t.lse.assign(static_cast<size_t>(lse_rows), 0.f);
+  if (!s.varlen_lengths.empty()) {
+    t.is_varlen = true;
+    t.cu_seqlens.assign(1, 0);
+    for (int32_t length : s.varlen_lengths) t.cu_seqlens.push_back(t.cu_seqlens.back() + length);
+    t.varlen = hopattn_default_varlen();
+    t.varlen.batch = s.batch;
+    t.varlen.cu_seqlens_q = t.varlen.cu_seqlens_k = t.cu_seqlens.data();
+    t.varlen.max_seqlen_q = t.varlen.max_seqlen_k =
+        *std::max_element(s.varlen_lengths.begin(), s.varlen_lengths.end());
+  }
   return t;
 }
 
 // The problem the reference reads: the case's host tensors with the resolved scale.
-AttentionProblem problem_of(const CaseSpec& s, HostTensors& t) {
+ForwardProblem problem_of(const CaseSpec& s, HostTensors& t) {
   hopattn_forward_options options = hopattn_default_forward_options();
   options.causal = s.causal;
   options.softmax_scale = s.scale > 0 ? s.scale : 0.f;
-  return hopattn::problem_of(t.tq, t.tk, t.tv, t.to, t.lse.data(), options);
+  return t.is_varlen
+             ? hopattn::problem_of(t.tq, t.tk, t.tv, t.to, t.lse.data(), t.varlen, options)
+             : hopattn::problem_of(t.tq, t.tk, t.tv, t.to, t.lse.data(), options);
 }
 
-// kSampledRows (batch, head, row) triples evenly spaced over all rows in that order, so they
-// cover every batch and head and many positions, and always include the first and last row.
-std::vector<RowIndex> sample_rows(const CaseSpec& s) {
-  const int64_t total = s.batch * s.heads_q * s.seqlen_q;
+// Forward FLOPs, unmasked scores only, summed per sequence.
+double flops_of(const ForwardProblem& p) {
+  if (!p.seqlens.varlen()) return p.flops();
+  double flops = 0;
+  for (int64_t b = 0; b < p.seqlens.batch; ++b) {
+    const Sequence seq = sequence_of(p.seqlens, b);
+    flops += static_cast<double>(p.heads_q) *
+             sequence_forward_flops(p.causal, seq.seqlen_q, seq.seqlen_k, p.head_dim);
+  }
+  return flops;
+}
+
+// kSampledRows (sequence, head, row) triples evenly spaced over all (tensor batch, head, row) in
+// that order, so they cover every batch and head and many positions, and always include the
+// first and last row.
+std::vector<RowIndex> sample_rows(const ForwardProblem& p) {
+  const SeqlenLayout& layout = p.seqlens;
+  const int64_t rows_per_head = layout.total_q;
+  const int64_t total = (layout.varlen() ? 1 : layout.batch) * p.heads_q * rows_per_head;
   const int64_t n = std::min<int64_t>(kSampledRows, total);
   std::vector<RowIndex> rows;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t flat = n == 1 ? 0 : i * (total - 1) / (n - 1);
-    rows.push_back(
-        {flat / (s.heads_q * s.seqlen_q), flat / s.seqlen_q % s.heads_q, flat % s.seqlen_q});
+    const int64_t head = flat / rows_per_head % p.heads_q;
+    const int64_t row = flat % rows_per_head;
+    if (!layout.varlen()) {
+      rows.push_back({flat / (p.heads_q * rows_per_head), head, row});
+      continue;
+    }
+    // The sequence holding packed row `row`: the last whose first row is at or before it.
+    const int32_t* cu = layout.cu_seqlens_q;
+    const int64_t sequence = std::upper_bound(cu, cu + layout.batch + 1, row) - cu - 1;
+    rows.push_back({sequence, head, row - cu[sequence]});
   }
   return rows;
 }
 
 void check_against_reference(const CaseSpec& s, HostTensors& t, CaseResult& r) {
-  const AttentionProblem problem = problem_of(s, t);
-  const std::vector<RowIndex> rows = sample_rows(s);
+  const ForwardProblem problem = problem_of(s, t);
+  const std::vector<RowIndex> rows = sample_rows(problem);
   std::vector<double> ref_o, ref_lse;
   reference_rows(problem, rows, ref_o, ref_lse);
 
-  const size_t size = static_cast<size_t>(element_size(s.dtype));
+  const size_t size = static_cast<size_t>(element_size(dtype_of(s.dtype)));
   double err2 = 0, ref2 = 0, lse_err = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowIndex& row = rows[i];
+    const Sequence seq = sequence_of(problem.seqlens, row.sequence);
     const int64_t offset =
-        row.batch * t.to.batch_stride + row.row * t.to.seq_stride + row.head * t.to.head_stride;
+        row_offset(problem.o_stride, seq.tensor_batch, seq.q_begin + row.row, row.head);
     for (int64_t d = 0; d < s.head_dim; ++d) {
       const double got = load(s.dtype, t.o.data() + (offset + d) * size);
       const double want = ref_o[i * s.head_dim + d];
       err2 += (got - want) * (got - want);
       ref2 += want * want;
     }
-    const double got_lse = t.lse[lse_offset(problem, row.batch, row.head, row.row)];
+    const double got_lse =
+        t.lse[lse_index(problem.seqlens, seq, problem.heads_q, row.head, row.row)];
     if (std::isinf(ref_lse[i]))
       lse_err = std::max(lse_err, std::isinf(got_lse) && got_lse < 0 ? 0.0 : INFINITY);
     else
@@ -144,12 +189,20 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+hopattn_status run_forward(const HostTensors& tensors, const hopattn_tensor& q,
+                           const hopattn_tensor& k, const hopattn_tensor& v, hopattn_tensor& o,
+                           float* lse, const hopattn_varlen& varlen,
+                           const hopattn_forward_options& options) {
+  return tensors.is_varlen ? hopattn_forward_varlen(&q, &k, &v, &o, lse, &varlen, &options)
+                           : hopattn_forward(&q, &k, &v, &o, lse, &options);
+}
+
 TimedRun time_on_host(HostTensors& t, const hopattn_forward_options& options, int warmup,
                       int iters) {
   TimedRun run;
   for (int i = 0; i < warmup + iters; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    run.status = hopattn_forward(&t.tq, &t.tk, &t.tv, &t.to, t.lse.data(), &options);
+    run.status = run_forward(t, t.tq, t.tk, t.tv, t.to, t.lse.data(), t.varlen, options);
     const auto stop = std::chrono::steady_clock::now();
     if (run.status != HOPATTN_OK) {
       run.error = hopattn_last_error();
@@ -196,8 +249,7 @@ CaseResult run_case(const CaseSpec& spec) {
   CaseResult r;
   r.spec = spec;
   HostTensors tensors = make_tensors(spec);
-  const AttentionProblem problem = problem_of(spec, tensors);
-  r.flops = problem.flops();
+  r.flops = flops_of(problem_of(spec, tensors));
 
   hopattn_forward_options options = hopattn_default_forward_options();
   options.causal = spec.causal ? 1 : 0;

@@ -55,20 +55,61 @@ typedef struct hopattn_tensor {
   int64_t batch_stride, seq_stride, head_stride;
 } hopattn_tensor;
 
+/*
+ * Structs that may grow: hopattn_forward_options and hopattn_varlen start with struct_size, the
+ * sizeof() the caller was compiled with. The library reads only the fields that fit in it and
+ * gives later fields their defaults, so a caller built against an older header keeps working.
+ * hopattn_default_forward_options() and hopattn_default_varlen() fill it in.
+ * (hopattn_tensor is a fixed value type: new operations take new arguments instead.)
+ */
 typedef struct hopattn_forward_options {
+  size_t struct_size; /* sizeof(hopattn_forward_options) */
   /* Nonzero: query i sees key j iff j <= i + (seqlen_k - seqlen_q), the mask aligned
-   * to the bottom-right corner of the score matrix (FlashAttention 2 and 3). Rows
-   * that see no key get O = 0 and LSE = -inf. */
+   * to the bottom-right corner of the score matrix (FlashAttention 2 and 3); per sequence
+   * for variable-length batches. Rows that see no key get O = 0 and LSE = -inf. */
   int causal;
   /* Multiplies Q K^T before the softmax. 0 selects the default 1/sqrt(head_dim). */
   float softmax_scale;
   hopattn_backend backend;
   /* cudaStream_t for the SM90 backend; NULL is the legacy default stream. */
   void* cuda_stream;
+  /* Scratch memory for the call, in the backend's memory space: NULL lets the library allocate
+   * what it needs (on the SM90 backend stream-ordered, cudaMallocAsync/cudaFreeAsync on
+   * cuda_stream); otherwise workspace_bytes >= hopattn_forward_workspace_size(), 256-byte
+   * aligned, untouched by anything else until the call's work on the stream is done. */
+  void* workspace;
+  size_t workspace_bytes;
 } hopattn_forward_options;
 
-/* causal = 0, softmax_scale = 0 (default), backend = AUTO, stream = NULL. */
+/*
+ * A variable-length batch packed along the seqlen dimension (FlashAttention's varlen layout):
+ * q and o are (1, total_q, heads_q, head_dim), k and v (1, total_k, heads_kv, head_dim), and
+ * sequence b owns query rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and key rows
+ * [cu_seqlens_k[b], cu_seqlens_k[b + 1]). Zero-length sequences are allowed.
+ * The int32 arrays live in the backend's memory space. The CPU backend checks them fully; the
+ * SM90 backend cannot read them without a device sync, so it checks what the host can see
+ * (pointers, memory space, alignment) and its kernels clamp every sequence to the tensors:
+ * wrong metadata gives wrong results for the sequences it describes, never an access outside
+ * q, k, v, o or lse.
+ */
+typedef struct hopattn_varlen {
+  size_t struct_size;           /* sizeof(hopattn_varlen) */
+  int64_t batch;                /* number of sequences */
+  const int32_t* cu_seqlens_q;  /* batch + 1 prefix sums: 0, ..., total_q (= q.seqlen) */
+  const int32_t* cu_seqlens_k;  /* batch + 1 prefix sums: 0, ..., total_k (= k.seqlen) */
+  /* NULL, or batch counts: sequence b attends to the first seqused_k[b] keys of its rows only
+   * (a KV cache filled to different lengths); the causal mask aligns to that length. */
+  const int32_t* seqused_k;
+  int64_t max_seqlen_q; /* >= every query length; sizes the SM90 grid */
+  int64_t max_seqlen_k; /* >= every key length */
+} hopattn_varlen;
+
+/* struct_size set, causal = 0, softmax_scale = 0 (default), backend = AUTO, stream = NULL,
+ * workspace = NULL. */
 HOPATTN_API hopattn_forward_options hopattn_default_forward_options(void);
+
+/* struct_size set, batch = 0, every pointer NULL, max_seqlen_q = max_seqlen_k = 0. */
+HOPATTN_API hopattn_varlen hopattn_default_varlen(void);
 
 /*
  * O = softmax(Q K^T * scale) V, and optionally the log-sum-exp of each score row.
@@ -84,6 +125,27 @@ HOPATTN_API hopattn_forward_options hopattn_default_forward_options(void);
 HOPATTN_API hopattn_status hopattn_forward(const hopattn_tensor* q, const hopattn_tensor* k,
                                            const hopattn_tensor* v, hopattn_tensor* o, float* lse,
                                            const hopattn_forward_options* options);
+
+/*
+ * The variable-length form of hopattn_forward: q, k, v, o as hopattn_varlen describes, lse NULL
+ * or float32 (heads_q, total_q) contiguous. Same options, same rules otherwise.
+ */
+HOPATTN_API hopattn_status hopattn_forward_varlen(const hopattn_tensor* q, const hopattn_tensor* k,
+                                                  const hopattn_tensor* v, hopattn_tensor* o,
+                                                  float* lse, const hopattn_varlen* varlen,
+                                                  const hopattn_forward_options* options);
+
+/*
+ * The workspace the call hopattn_forward(q, k, v, ..., options) or, with varlen non-NULL,
+ * hopattn_forward_varlen(q, k, v, ..., varlen, options) needs, in *bytes (0 when it needs none).
+ * The tensors are validated as the call would validate them; their memory is not touched.
+ */
+HOPATTN_API hopattn_status hopattn_forward_workspace_size(const hopattn_tensor* q,
+                                                          const hopattn_tensor* k,
+                                                          const hopattn_tensor* v,
+                                                          const hopattn_varlen* varlen,
+                                                          const hopattn_forward_options* options,
+                                                          size_t* bytes);
 
 /* The message of the last failed call on this thread ("" after a success). */
 HOPATTN_API const char* hopattn_last_error(void);

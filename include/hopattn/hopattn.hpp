@@ -8,6 +8,7 @@
 //   hopattn::forward(q, k, v, o, lse, options);  // throws hopattn::Error on failure
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -49,6 +50,8 @@ struct ForwardOptions {
   float softmax_scale = 0.f;  // 0: 1/sqrt(head_dim)
   hopattn_backend backend = HOPATTN_BACKEND_AUTO;
   void* cuda_stream = nullptr;  // cudaStream_t for the SM90 backend
+  void* workspace = nullptr;    // null: the library allocates (see hopattn_forward_options)
+  size_t workspace_bytes = 0;
 
   hopattn_forward_options to_c() const {
     hopattn_forward_options options = hopattn_default_forward_options();
@@ -56,7 +59,29 @@ struct ForwardOptions {
     options.softmax_scale = softmax_scale;
     options.backend = backend;
     options.cuda_stream = cuda_stream;
+    options.workspace = workspace;
+    options.workspace_bytes = workspace_bytes;
     return options;
+  }
+};
+
+// A variable-length batch (hopattn_varlen): int32 prefix sums in the backend's memory space.
+struct Varlen {
+  int64_t batch = 0;
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqused_k = nullptr;  // optional
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+
+  hopattn_varlen to_c() const {
+    hopattn_varlen varlen = hopattn_default_varlen();
+    varlen.batch = batch;
+    varlen.cu_seqlens_q = cu_seqlens_q;
+    varlen.cu_seqlens_k = cu_seqlens_k;
+    varlen.seqused_k = seqused_k;
+    varlen.max_seqlen_q = max_seqlen_q;
+    varlen.max_seqlen_k = max_seqlen_k;
+    return varlen;
   }
 };
 
@@ -69,6 +94,28 @@ inline void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o
                     float* lse = nullptr, const ForwardOptions& options = {}) {
   const hopattn_forward_options c_options = options.to_c();
   check(hopattn_forward(&q.raw, &k.raw, &v.raw, &o.raw, lse, &c_options));
+}
+
+// The variable-length form: q, k, v, o of batch 1 packed as `varlen` says; lse, when given,
+// receives (heads_q, total_q) float32.
+inline void forward_varlen(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o,
+                           const Varlen& varlen, float* lse = nullptr,
+                           const ForwardOptions& options = {}) {
+  const hopattn_forward_options c_options = options.to_c();
+  const hopattn_varlen c_varlen = varlen.to_c();
+  check(hopattn_forward_varlen(&q.raw, &k.raw, &v.raw, &o.raw, lse, &c_varlen, &c_options));
+}
+
+// Bytes of workspace forward (varlen null) or forward_varlen would need.
+inline size_t forward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Varlen* varlen = nullptr,
+                                     const ForwardOptions& options = {}) {
+  const hopattn_forward_options c_options = options.to_c();
+  const hopattn_varlen c_varlen = varlen != nullptr ? varlen->to_c() : hopattn_default_varlen();
+  size_t bytes = 0;
+  check(hopattn_forward_workspace_size(
+      &q.raw, &k.raw, &v.raw, varlen != nullptr ? &c_varlen : nullptr, &c_options, &bytes));
+  return bytes;
 }
 
 inline std::string version() { return hopattn_version(); }

@@ -2,10 +2,12 @@
 
 from ._ctypes_api import Backend, DType, Status
 from ._lib import library
-from .attention import HopattnError, InvalidArgumentError, attention
+from ._errors import HopattnError, InvalidArgumentError
+from .attention import attention
+from .varlen import attention_varlen
 
-__all__ = ["attention", "HopattnError", "InvalidArgumentError", "Status", "DType", "Backend",
-           "version", "build_info", "backend_available"]
+__all__ = ["attention", "attention_varlen", "HopattnError", "InvalidArgumentError", "Status",
+           "DType", "Backend", "version", "build_info", "backend_available"]
 
 
 def version() -> str:

@@ -1,7 +1,8 @@
 """ctypes mirrors of the types in include/hopattn/hopattn.h.
 
-Kept field for field in the header's order; C enums are passed as int, which is their size
-on every ABI the library is built for.
+Kept field for field in the header's order (tests/python/test_abi_layout.py compiles the header
+and compares every size and offset); C enums are passed as int, which is their size on every ABI
+the library is built for.
 """
 
 import ctypes
@@ -46,29 +47,75 @@ class Tensor(ctypes.Structure):
 
 
 class ForwardOptions(ctypes.Structure):
-    """hopattn_forward_options."""
+    """hopattn_forward_options. Build it with default_forward_options()."""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("causal", ctypes.c_int),
         ("softmax_scale", ctypes.c_float),
         ("backend", ctypes.c_int),
         ("cuda_stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
     ]
+
+
+class Varlen(ctypes.Structure):
+    """hopattn_varlen: a packed variable-length batch. Build it with default_varlen()."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("batch", ctypes.c_int64),
+        ("cu_seqlens_q", ctypes.c_void_p),  # const int32_t*
+        ("cu_seqlens_k", ctypes.c_void_p),  # const int32_t*
+        ("seqused_k", ctypes.c_void_p),     # const int32_t*, or NULL
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
+    ]
+
+
+# The library's defaults carry the library's sizeof; struct_size must say how much memory this
+# mirror really holds, so that a library newer than the mirror reads only what is there and
+# defaults the rest. The two are equal while the mirror matches the header.
+def default_forward_options(lib: ctypes.CDLL) -> ForwardOptions:
+    options = lib.hopattn_default_forward_options()
+    options.struct_size = ctypes.sizeof(ForwardOptions)
+    return options
+
+
+def default_varlen(lib: ctypes.CDLL) -> Varlen:
+    varlen = lib.hopattn_default_varlen()
+    varlen.struct_size = ctypes.sizeof(Varlen)
+    return varlen
 
 
 def declare(lib: ctypes.CDLL) -> None:
     """Gives each exported function its C signature, so ctypes converts arguments checked."""
+    tensor_p = ctypes.POINTER(Tensor)
     lib.hopattn_default_forward_options.argtypes = []
     lib.hopattn_default_forward_options.restype = ForwardOptions
+    lib.hopattn_default_varlen.argtypes = []
+    lib.hopattn_default_varlen.restype = Varlen
     lib.hopattn_forward.argtypes = [
-        ctypes.POINTER(Tensor),
-        ctypes.POINTER(Tensor),
-        ctypes.POINTER(Tensor),
-        ctypes.POINTER(Tensor),
+        tensor_p, tensor_p, tensor_p, tensor_p,
         ctypes.c_void_p,  # float* lse, or NULL
         ctypes.POINTER(ForwardOptions),
     ]
     lib.hopattn_forward.restype = ctypes.c_int
+    lib.hopattn_forward_varlen.argtypes = [
+        tensor_p, tensor_p, tensor_p, tensor_p,
+        ctypes.c_void_p,  # float* lse, or NULL
+        ctypes.POINTER(Varlen),
+        ctypes.POINTER(ForwardOptions),
+    ]
+    lib.hopattn_forward_varlen.restype = ctypes.c_int
+    lib.hopattn_forward_workspace_size.argtypes = [
+        tensor_p, tensor_p, tensor_p,
+        ctypes.POINTER(Varlen),  # NULL for the fixed-length forward
+        ctypes.POINTER(ForwardOptions),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
+    lib.hopattn_forward_workspace_size.restype = ctypes.c_int
     lib.hopattn_last_error.argtypes = []
     lib.hopattn_last_error.restype = ctypes.c_char_p
     lib.hopattn_status_name.argtypes = [ctypes.c_int]

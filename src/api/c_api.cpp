@@ -1,9 +1,10 @@
-// The C ABI: thin wrappers over dispatch.hpp, plus the barrier that keeps C++
-// exceptions from crossing into C callers.
+// The C ABI: thin wrappers over dispatch.hpp, plus the barrier that keeps C++ exceptions from
+// crossing into C callers and the conversion of the library's Status to hopattn_status.
 #include <exception>
 #include <new>
 #include <string>
 
+#include "api/abi.hpp"
 #include "api/dispatch.hpp"
 #include "api/validate.hpp"
 #include "core/error.hpp"
@@ -13,25 +14,55 @@
 #error "HOPATTN_VERSION_STRING comes from the CMake project version"
 #endif
 
+namespace {
+
+// Runs `body` (returning Status) with the last error cleared, turning exceptions into
+// HOPATTN_ERROR_INTERNAL.
+template <class Body>
+hopattn_status guarded(Body&& body) {
+  using hopattn::Status;
+  try {
+    hopattn::clear_error();
+    return hopattn::c_status(body());
+  } catch (const std::bad_alloc&) {
+    return hopattn::c_status(
+        hopattn::set_error(Status::kInternal, "out of host memory (std::bad_alloc)"));
+  } catch (const std::exception& e) {
+    return hopattn::c_status(
+        hopattn::set_error(Status::kInternal, std::string("internal error: ") + e.what()));
+  } catch (...) {
+    return hopattn::c_status(
+        hopattn::set_error(Status::kInternal, "internal error: unknown exception"));
+  }
+}
+
+}  // namespace
+
 extern "C" {
 
 HOPATTN_API hopattn_forward_options hopattn_default_forward_options(void) {
   return hopattn::default_forward_options();
 }
 
+HOPATTN_API hopattn_varlen hopattn_default_varlen(void) { return hopattn::default_varlen(); }
+
 HOPATTN_API hopattn_status hopattn_forward(const hopattn_tensor* q, const hopattn_tensor* k,
                                            const hopattn_tensor* v, hopattn_tensor* o, float* lse,
                                            const hopattn_forward_options* options) {
-  try {
-    hopattn::clear_error();
-    return hopattn::forward(q, k, v, o, lse, options);
-  } catch (const std::bad_alloc&) {
-    return hopattn::set_error(HOPATTN_ERROR_INTERNAL, "out of host memory (std::bad_alloc)");
-  } catch (const std::exception& e) {
-    return hopattn::set_error(HOPATTN_ERROR_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return hopattn::set_error(HOPATTN_ERROR_INTERNAL, "internal error: unknown exception");
-  }
+  return guarded([&] { return hopattn::forward(q, k, v, o, lse, options); });
+}
+
+HOPATTN_API hopattn_status hopattn_forward_varlen(const hopattn_tensor* q, const hopattn_tensor* k,
+                                                  const hopattn_tensor* v, hopattn_tensor* o,
+                                                  float* lse, const hopattn_varlen* varlen,
+                                                  const hopattn_forward_options* options) {
+  return guarded([&] { return hopattn::forward_varlen(q, k, v, o, lse, varlen, options); });
+}
+
+HOPATTN_API hopattn_status hopattn_forward_workspace_size(
+    const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+    const hopattn_varlen* varlen, const hopattn_forward_options* options, size_t* bytes) {
+  return guarded([&] { return hopattn::forward_workspace_size(q, k, v, varlen, options, bytes); });
 }
 
 HOPATTN_API const char* hopattn_last_error(void) { return hopattn::last_error(); }

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "api/abi.hpp"
+#include "api/tensor_rules.hpp"
 #include "api/validate.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -12,46 +14,59 @@
 namespace hopattn {
 namespace {
 
-// The head dims build_info asks the SM90 backend about.
-constexpr int64_t kSm90ReportedHeadDims[] = {64, 96, 128, 192, 256};
-
 const SystemQueries& system_queries() {
-  static const SystemQueries queries{memory_space_of, sm90::built, sm90::device_available,
-                                     sm90::supports};
+  static const SystemQueries queries{memory_space_of,        sm90::built,
+                                     sm90::device_available, sm90::supports,
+                                     sm90::supported_list,   sm90::forward_workspace_size};
   return queries;
 }
 
 std::string sm90_info() {
   if (!sm90::built()) return "sm90: not built";
-  std::string line = "sm90: built;";
-  bool any = false;
-  for (hopattn_dtype dtype :
-       {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
-    std::string dims;
-    for (int64_t head_dim : kSm90ReportedHeadDims) {
-      if (sm90::supports(dtype, head_dim))
-        dims += (dims.empty() ? "" : "/") + std::to_string(head_dim);
-    }
-    if (dims.empty()) continue;
-    line += std::string(any ? "," : "") + " " + dtype_name(dtype) + " head_dim " + dims;
-    any = true;
-  }
-  line += "; causal, GQA; device: ";
+  std::string line = "sm90: built; " + sm90::supported_list() + "; causal, GQA, varlen; device: ";
   line += sm90::device_available() ? "available" : "no compute capability 9.0 GPU visible";
   return line;
 }
 
-}  // namespace
-
-hopattn_status forward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
-                       hopattn_tensor* o, float* lse, const hopattn_forward_options* options) {
-  ForwardCall call;
-  if (hopattn_status s = validate_forward(q, k, v, o, lse, options, system_queries(), call);
-      s != HOPATTN_OK) {
-    return s;
-  }
+Status run(const ForwardCall& call) {
   return call.backend == HOPATTN_BACKEND_SM90 ? sm90::forward(call.problem)
                                               : cpu::forward(call.problem);
+}
+
+}  // namespace
+
+Status forward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+               hopattn_tensor* o, float* lse, const hopattn_forward_options* options) {
+  ForwardCall call;
+  if (Status s = validate_forward(q, k, v, o, lse, options, system_queries(), call);
+      s != Status::kOk) {
+    return s;
+  }
+  return run(call);
+}
+
+Status forward_varlen(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+                      hopattn_tensor* o, float* lse, const hopattn_varlen* varlen,
+                      const hopattn_forward_options* options) {
+  ForwardCall call;
+  if (Status s = validate_forward_varlen(q, k, v, o, lse, varlen, options, system_queries(), call);
+      s != Status::kOk) {
+    return s;
+  }
+  return run(call);
+}
+
+Status forward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
+                              const hopattn_tensor* v, const hopattn_varlen* varlen,
+                              const hopattn_forward_options* options, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes is NULL");
+  ForwardCall call;
+  if (Status s = validate_forward_workspace_query(q, k, v, varlen, options, system_queries(), call);
+      s != Status::kOk) {
+    return s;
+  }
+  *bytes = call.workspace_needed;
+  return Status::kOk;
 }
 
 bool backend_available(hopattn_backend backend) {
@@ -65,18 +80,18 @@ bool backend_available(hopattn_backend backend) {
 
 bool backend_supports(hopattn_backend backend, hopattn_dtype dtype, int64_t head_dim) {
   if (!is_valid_dtype(dtype)) return false;
+  const DType d = dtype_of(dtype);
   switch (backend) {
-    case HOPATTN_BACKEND_AUTO:
-      return cpu::supports(dtype, head_dim) || sm90::supports(dtype, head_dim);
-    case HOPATTN_BACKEND_CPU: return cpu::supports(dtype, head_dim);
-    case HOPATTN_BACKEND_SM90: return sm90::supports(dtype, head_dim);
+    case HOPATTN_BACKEND_AUTO: return cpu::supports(d, head_dim) || sm90::supports(d, head_dim);
+    case HOPATTN_BACKEND_CPU: return cpu::supports(d, head_dim);
+    case HOPATTN_BACKEND_SM90: return sm90::supports(d, head_dim);
   }
   return false;
 }
 
 const char* build_info() {
   static const std::string info = "cpu: float32/bfloat16/float16, head_dim 1-" +
-                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA; " +
+                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA, varlen; " +
                                   std::to_string(cpu::worker_count()) + " threads\n" + sm90_info();
   return info.c_str();
 }

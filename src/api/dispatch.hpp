@@ -1,16 +1,24 @@
 // From a validated call to a backend, and the informational queries of the C API. Everything
 // here reports failures through hopattn::set_error; the C ABI layer only adds the exception
-// barrier.
+// barrier and converts Status to hopattn_status.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
+#include "core/types.hpp"
 #include "hopattn/hopattn.h"
 
 namespace hopattn {
 
-hopattn_status forward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
-                       hopattn_tensor* o, float* lse, const hopattn_forward_options* options);
+Status forward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+               hopattn_tensor* o, float* lse, const hopattn_forward_options* options);
+Status forward_varlen(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+                      hopattn_tensor* o, float* lse, const hopattn_varlen* varlen,
+                      const hopattn_forward_options* options);
+Status forward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
+                              const hopattn_tensor* v, const hopattn_varlen* varlen,
+                              const hopattn_forward_options* options, size_t* bytes);
 
 bool backend_available(hopattn_backend backend);
 bool backend_supports(hopattn_backend backend, hopattn_dtype dtype, int64_t head_dim);

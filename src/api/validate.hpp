@@ -1,38 +1,58 @@
-// The one place where a hopattn_forward call is checked: it turns the C arguments into a
-// resolved AttentionProblem and a concrete backend, or into a status and a message that names
-// the argument at fault and what is allowed. Validation never reads or writes tensor memory.
+// The one place where a forward call is checked: it turns the C arguments of hopattn_forward,
+// hopattn_forward_varlen and hopattn_forward_workspace_size into a resolved ForwardProblem and a
+// concrete backend, or into a status and a message that names the argument at fault and what is
+// allowed. Validation never reads or writes tensor memory (it reads the host-side varlen
+// metadata of a CPU call). The rules, by scope:
+//   tensor_rules.hpp     every tensor of every operation
+//   backend_choice.hpp   AUTO, memory spaces, what a backend is built for
+//   validate_forward.cpp the forward's shapes, lse, options, workspace and varlen metadata
+//   sm90/sm90_rules.hpp  what only the SM90 kernels need
 #pragma once
 
-#include <cstdint>
-#include <functional>
+#include <cstddef>
 
-#include "core/memory_space.hpp"
+#include "api/system_queries.hpp"
 #include "core/problem.hpp"
 #include "hopattn/hopattn.h"
 
 namespace hopattn {
 
-// What validation needs to know about the machine. The C API passes the real queries
-// (dispatch.cpp); the tests pass fakes, so that the SM90 rules are exercised without a GPU.
-struct SystemQueries {
-  std::function<MemorySpace(const void*)> memory_space_of;
-  std::function<bool()> sm90_built;
-  std::function<bool()> sm90_device_available;
-  std::function<bool(hopattn_dtype, int64_t)> sm90_supports;
-};
-
 struct ForwardCall {
   hopattn_backend backend = HOPATTN_BACKEND_CPU;  // CPU or SM90: AUTO is resolved
-  AttentionProblem problem;
+  ForwardProblem problem;
+  size_t workspace_needed = 0;  // bytes the backend needs for the problem
 };
 
-// causal off, default scale, backend AUTO, legacy default stream: what a NULL options means.
+// struct_size set, causal off, default scale, backend AUTO, legacy default stream, no
+// workspace: what a NULL options means.
 hopattn_forward_options default_forward_options();
+// struct_size set, everything else zero.
+hopattn_varlen default_varlen();
 
-// On failure returns the status after hopattn::set_error; `call` is then unspecified.
-hopattn_status validate_forward(const hopattn_tensor* q, const hopattn_tensor* k,
-                                const hopattn_tensor* v, const hopattn_tensor* o, float* lse,
-                                const hopattn_forward_options* options, const SystemQueries& system,
-                                ForwardCall& call);
+// The struct sizes of the first versions of the growable structs: a smaller struct_size cannot
+// come from any hopattn.h (it is uninitialised or 0).
+extern const size_t kForwardOptionsFirstSize;
+extern const size_t kVarlenFirstSize;
+
+// On failure each returns the status after hopattn::set_error; `call` is then unspecified.
+
+// hopattn_forward
+Status validate_forward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+                        const hopattn_tensor* o, float* lse, const hopattn_forward_options* options,
+                        const SystemQueries& system, ForwardCall& call);
+
+// hopattn_forward_varlen
+Status validate_forward_varlen(const hopattn_tensor* q, const hopattn_tensor* k,
+                               const hopattn_tensor* v, const hopattn_tensor* o, float* lse,
+                               const hopattn_varlen* varlen, const hopattn_forward_options* options,
+                               const SystemQueries& system, ForwardCall& call);
+
+// hopattn_forward_workspace_size: the checks of the call it describes that q, k, v, varlen
+// (NULL: fixed length) and options allow; call.workspace_needed is the answer. The problem has no
+// o (null, with q's strides) and no lse.
+Status validate_forward_workspace_query(const hopattn_tensor* q, const hopattn_tensor* k,
+                                        const hopattn_tensor* v, const hopattn_varlen* varlen,
+                                        const hopattn_forward_options* options,
+                                        const SystemQueries& system, ForwardCall& call);
 
 }  // namespace hopattn

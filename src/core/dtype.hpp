@@ -1,4 +1,4 @@
-// The element types of hopattn_dtype and their conversions to and from float, shared by the
+// The element types of DType and their conversions to and from float, shared by the
 // CPU backend, the float64 reference and the tests. Bit-exact and header-only, with no CUDA
 // headers, so host and device code convert identically:
 //   float -> bfloat16 and float -> float16 round to nearest even; NaN stays NaN (quiet),
@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "core/host_device.hpp"
-#include "hopattn/hopattn.h"
+#include "core/types.hpp"
 
 namespace hopattn {
 
@@ -97,47 +97,46 @@ HOPATTN_HOST_DEVICE float16 from_float<float16>(float value) {
   return {static_cast<uint16_t>(sign | (half + round_up))};  // 0x400 is the smallest normal
 }
 
-// The storage type of each hopattn_dtype.
-template <hopattn_dtype kDtype>
+// The storage type of each DType.
+template <DType kDtype>
 struct ElementOf;
 template <>
-struct ElementOf<HOPATTN_DTYPE_FLOAT32> {
+struct ElementOf<DType::kFloat32> {
   using type = float;
 };
 template <>
-struct ElementOf<HOPATTN_DTYPE_BFLOAT16> {
+struct ElementOf<DType::kBFloat16> {
   using type = bfloat16;
 };
 template <>
-struct ElementOf<HOPATTN_DTYPE_FLOAT16> {
+struct ElementOf<DType::kFloat16> {
   using type = float16;
 };
 
+// Whether an integer from outside (the C ABI's dtype field) names a DType.
 HOPATTN_HOST_DEVICE bool is_valid_dtype(int dtype) {
-  return dtype == HOPATTN_DTYPE_FLOAT32 || dtype == HOPATTN_DTYPE_BFLOAT16 ||
-         dtype == HOPATTN_DTYPE_FLOAT16;
+  return dtype == static_cast<int>(DType::kFloat32) ||
+         dtype == static_cast<int>(DType::kBFloat16) || dtype == static_cast<int>(DType::kFloat16);
 }
 
-HOPATTN_HOST_DEVICE int64_t element_size(hopattn_dtype dtype) {
-  return dtype == HOPATTN_DTYPE_FLOAT32 ? 4 : 2;
-}
+HOPATTN_HOST_DEVICE int64_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
-inline const char* dtype_name(hopattn_dtype dtype) {
+inline const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case HOPATTN_DTYPE_FLOAT32: return "float32";
-    case HOPATTN_DTYPE_BFLOAT16: return "bfloat16";
-    case HOPATTN_DTYPE_FLOAT16: return "float16";
+    case DType::kFloat32: return "float32";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
   }
   return "unknown";
 }
 
 // Calls fn(Element{}) with the storage type of `dtype`, which must be valid.
 template <class Fn>
-decltype(auto) visit_dtype(hopattn_dtype dtype, Fn&& fn) {
+decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case HOPATTN_DTYPE_BFLOAT16: return fn(bfloat16{});
-    case HOPATTN_DTYPE_FLOAT16: return fn(float16{});
-    case HOPATTN_DTYPE_FLOAT32: break;
+    case DType::kBFloat16: return fn(bfloat16{});
+    case DType::kFloat16: return fn(float16{});
+    case DType::kFloat32: break;
   }
   return fn(float{});
 }

@@ -12,7 +12,7 @@ std::string& last_error_message() {
 
 }  // namespace
 
-hopattn_status set_error(hopattn_status status, std::string message) {
+Status set_error(Status status, std::string message) {
   last_error_message() = std::move(message);
   return status;
 }

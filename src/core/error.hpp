@@ -4,12 +4,12 @@
 
 #include <string>
 
-#include "hopattn/hopattn.h"
+#include "core/types.hpp"
 
 namespace hopattn {
 
 // Records `message` as this thread's last error and returns `status` unchanged.
-hopattn_status set_error(hopattn_status status, std::string message);
+Status set_error(Status status, std::string message);
 void clear_error();
 // Valid until the next set_error or clear_error on this thread.
 const char* last_error();

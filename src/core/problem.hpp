@@ -1,22 +1,19 @@
-// The attention problem as every backend sees it: shapes, strides, pointers and the
-// resolved softmax scale, after validation. One definition for the CPU and GPU paths.
+// The problems every backend sees after validation, one struct per operation (forward now;
+// backward, FP8 and KV-cache later): shapes, the sequence layout, strides, pointers and the
+// resolved options. Built by api/ from the C arguments; core/ knows nothing of the C ABI.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
-#include "hopattn/hopattn.h"
+#include "core/seqlen.hpp"
+#include "core/types.hpp"
 
 namespace hopattn {
 
-// Strides in elements of a (batch, seqlen, heads, head_dim) tensor; head_dim is unit-stride.
-struct Strides {
-  int64_t batch = 0, seq = 0, head = 0;
-};
-
-struct AttentionProblem {
-  hopattn_dtype dtype = HOPATTN_DTYPE_FLOAT32;
-  int64_t batch = 0;
-  int64_t seqlen_q = 0, seqlen_k = 0;
+struct ForwardProblem {
+  DType dtype = DType::kFloat32;
+  SeqlenLayout seqlens;
   int64_t heads_q = 0, heads_kv = 0;
   int64_t head_dim = 0;
 
@@ -24,27 +21,21 @@ struct AttentionProblem {
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
-  float* lse = nullptr;  // (batch, heads_q, seqlen_q) contiguous, or null
+  float* lse = nullptr;  // lse_index() addresses it, or null
   Strides q_stride, k_stride, v_stride, o_stride;
 
   bool causal = false;
   float softmax_scale = 0.f;  // resolved: never the "0 = default" sentinel
   void* cuda_stream = nullptr;
+  void* workspace = nullptr;  // the caller's, or null: the backend allocates what it needs
+  size_t workspace_bytes = 0;
 
   int64_t heads_per_kv_head() const { return heads_q / heads_kv; }
-  // Forward FLOPs of the two matrix products, counting only unmasked scores.
+  // Forward FLOPs of a fixed-length problem (see sequence_forward_flops).
   double flops() const;
 };
 
-// The problem the C API call (q, k, v, o, lse, options) describes, with the softmax scale resolved
-// (0 means 1/sqrt(head_dim)). It checks nothing: the API validates first; tests and tools build
-// their own well-formed calls.
-AttentionProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_tensor& v,
-                            const hopattn_tensor& o, float* lse,
-                            const hopattn_forward_options& options);
-
-inline int64_t lse_offset(const AttentionProblem& p, int64_t b, int64_t h, int64_t row) {
-  return (b * p.heads_q + h) * p.seqlen_q + row;
-}
+// FLOPs of the two matrix products of one sequence of one head, counting only unmasked scores.
+double sequence_forward_flops(bool causal, int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim);
 
 }  // namespace hopattn

@@ -1,5 +1,6 @@
 // The CPU backend: the tiled online-softmax algorithm of the GPU kernels, multithreaded over
-// (batch, head, query block), float32 accumulation.
+// (sequence, head, query block), float32 accumulation. Fixed-length and variable-length batches
+// alike, through core/seqlen.hpp.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,11 @@ namespace hopattn::cpu {
 // (Q, O, and a K and V block) within a core's L2 cache.
 constexpr int64_t kMaxHeadDim = 512;
 
-bool supports(hopattn_dtype dtype, int64_t head_dim);
+bool supports(DType dtype, int64_t head_dim);
 // Threads a forward call runs on: the caller plus a pool sized to the hardware.
 int worker_count();
-hopattn_status forward(const AttentionProblem& problem);
+// Needs no workspace (each thread keeps its own tiles). Varlen metadata must be host memory,
+// checked by the API.
+Status forward(const ForwardProblem& problem);
 
 }  // namespace hopattn::cpu

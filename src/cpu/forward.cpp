@@ -1,8 +1,8 @@
 // The CPU forward pass: the algorithm of the SM90 kernel on float32 tiles. Each task owns one
-// (batch, head, block of kBlockM query rows); it converts its Q block once, then streams K and
-// V in blocks of kBlockN keys through S = Q K^T, the mask, the online-softmax update of
-// core/softmax_math.hpp and O += P V, skipping key blocks the causal mask hides from every row
-// of the block, and normalises once at the end.
+// (sequence, head, block of kBlockM query rows) of a fixed-length or variable-length batch; it
+// converts its Q block once, then streams K and V in blocks of kBlockN keys through S = Q K^T, the
+// mask, the online-softmax update of core/softmax_math.hpp and O += P V, skipping key blocks the
+// causal mask hides from every row of the block, and normalises once at the end.
 //
 // The score tile is kept transposed (keys x queries): S^T = K Q^T reads K rows as they are in
 // memory, and the per-query-row softmax statistics become lane-wise vector operations over
@@ -13,6 +13,7 @@
 
 #include "core/causal_mask.hpp"
 #include "core/dtype.hpp"
+#include "core/seqlen.hpp"
 #include "core/softmax_math.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/thread_pool.hpp"
@@ -64,22 +65,57 @@ Workspace& thread_workspace() {
 }
 
 struct Task {
-  int64_t batch, head, block;
+  Sequence seq;
+  int64_t head, block;
 };
 
-// Head by head, so that the threads stream the same K and V and find them in the shared
-// cache; within a head the highest query blocks first, since under the causal mask they see
-// the most keys, and the end of the schedule is better filled with short tasks.
-Task task_of(const AttentionProblem& p, int64_t index) {
-  const int64_t blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int64_t batch_head = index / blocks;
-  return {batch_head / p.heads_q, batch_head % p.heads_q, blocks - 1 - index % blocks};
-}
+int64_t query_blocks(int64_t seqlen_q) { return (seqlen_q + kBlockM - 1) / kBlockM; }
 
-HOPATTN_ALWAYS_INLINE int64_t row_offset(const Strides& s, int64_t batch, int64_t row,
-                                         int64_t head) {
-  return batch * s.batch + row * s.seq + head * s.head;
-}
+// The tasks of a call, in the order the threads take them. Sequence by sequence and within one
+// head by head, so that the threads stream the same K and V and find them in the shared cache;
+// within a head the highest query blocks first, since under the causal mask they see the most
+// keys, and the end of the schedule is better filled with short tasks. Variable-length
+// sequences go longest (in keys) first, for the same reason.
+class TaskList {
+ public:
+  explicit TaskList(const ForwardProblem& p) : layout_(p.seqlens), heads_q_(p.heads_q) {
+    if (!layout_.varlen()) {
+      count_ = query_blocks(layout_.seqlen_q) * layout_.batch * heads_q_;
+      return;
+    }
+    sequences_.resize(static_cast<size_t>(layout_.batch));
+    for (int64_t b = 0; b < layout_.batch; ++b) sequences_[b] = sequence_of(layout_, b);
+    std::stable_sort(sequences_.begin(), sequences_.end(),
+                     [](const Sequence& a, const Sequence& b) { return a.seqlen_k > b.seqlen_k; });
+    first_task_.assign(sequences_.size() + 1, 0);
+    for (size_t i = 0; i < sequences_.size(); ++i)
+      first_task_[i + 1] = first_task_[i] + query_blocks(sequences_[i].seqlen_q) * heads_q_;
+    count_ = first_task_.back();
+  }
+
+  int64_t count() const { return count_; }
+
+  Task operator[](int64_t index) const {
+    if (!layout_.varlen()) {
+      const int64_t blocks = query_blocks(layout_.seqlen_q);
+      const int64_t batch_head = index / blocks;
+      return {sequence_of(layout_, batch_head / heads_q_), batch_head % heads_q_,
+              blocks - 1 - index % blocks};
+    }
+    const size_t i = static_cast<size_t>(
+        std::upper_bound(first_task_.begin(), first_task_.end(), index) - first_task_.begin() - 1);
+    const int64_t blocks = query_blocks(sequences_[i].seqlen_q);
+    const int64_t within = index - first_task_[i];
+    return {sequences_[i], within / blocks, blocks - 1 - within % blocks};
+  }
+
+ private:
+  const SeqlenLayout& layout_;
+  int64_t heads_q_;
+  int64_t count_ = 0;
+  std::vector<Sequence> sequences_;  // varlen: in task order
+  std::vector<int64_t> first_task_;  // varlen: index of each sequence's first task, then count_
+};
 
 template <class Element>
 HOPATTN_ALWAYS_INLINE void convert_row(const Element* src, float* dst, int64_t count) {
@@ -89,12 +125,12 @@ HOPATTN_ALWAYS_INLINE void convert_row(const Element* src, float* dst, int64_t c
 // Query rows [m0, m0 + rows) transposed into q_t, zero in the padded columns up to `columns`
 // so that their scores stay finite.
 template <class Element>
-HOPATTN_ALWAYS_INLINE void load_query_block(const AttentionProblem& p, const Task& t, int64_t m0,
+HOPATTN_ALWAYS_INLINE void load_query_block(const ForwardProblem& p, const Task& t, int64_t m0,
                                             int64_t rows, int64_t columns, float* q_t) {
   const int64_t d = p.head_dim;
   for (int64_t i = 0; i < rows; ++i) {
-    const Element* src =
-        static_cast<const Element*>(p.q) + row_offset(p.q_stride, t.batch, m0 + i, t.head);
+    const Element* src = static_cast<const Element*>(p.q) +
+                         row_offset(p.q_stride, t.seq.tensor_batch, t.seq.q_begin + m0 + i, t.head);
     for (int64_t c = 0; c < d; ++c) q_t[c * kBlockM + i] = to_float(src[c]);
   }
   for (int64_t c = 0; c < d; ++c)
@@ -105,14 +141,16 @@ HOPATTN_ALWAYS_INLINE void load_query_block(const AttentionProblem& p, const Tas
 // prefetchers do not follow; asking for the next block's rows while this block's P V runs
 // hides their latency.
 template <class Element>
-HOPATTN_ALWAYS_INLINE void prefetch_key_block(const AttentionProblem& p, int64_t batch,
+HOPATTN_ALWAYS_INLINE void prefetch_key_block(const ForwardProblem& p, const Sequence& seq,
                                               int64_t kv_head, int64_t n0, int64_t keys) {
   const int64_t row_bytes = p.head_dim * static_cast<int64_t>(sizeof(Element));
   for (int64_t j = 0; j < keys; ++j) {
-    const auto* k = reinterpret_cast<const char*>(static_cast<const Element*>(p.k) +
-                                                  row_offset(p.k_stride, batch, n0 + j, kv_head));
-    const auto* v = reinterpret_cast<const char*>(static_cast<const Element*>(p.v) +
-                                                  row_offset(p.v_stride, batch, n0 + j, kv_head));
+    const auto* k = reinterpret_cast<const char*>(
+        static_cast<const Element*>(p.k) +
+        row_offset(p.k_stride, seq.tensor_batch, seq.k_begin + n0 + j, kv_head));
+    const auto* v = reinterpret_cast<const char*>(
+        static_cast<const Element*>(p.v) +
+        row_offset(p.v_stride, seq.tensor_batch, seq.k_begin + n0 + j, kv_head));
     for (int64_t offset = 0; offset < row_bytes; offset += 64) {
       __builtin_prefetch(k + offset, 0, 2);  // into L2: a block of K and V outgrows L1
       __builtin_prefetch(v + offset, 0, 2);
@@ -120,18 +158,20 @@ HOPATTN_ALWAYS_INLINE void prefetch_key_block(const AttentionProblem& p, int64_t
   }
 }
 
-// Keys [n0, n0 + keys) of K into rows of `k` (zero rows up to `k_rows`), and of V into rows
-// of `v` padded with zeros to `padded_d` columns.
+// Keys [n0, n0 + keys) of the sequence's K into rows of `k` (zero rows up to `k_rows`), and of V
+// into rows of `v` padded with zeros to `padded_d` columns.
 template <class Element>
-HOPATTN_ALWAYS_INLINE void load_key_block(const AttentionProblem& p, int64_t batch, int64_t kv_head,
-                                          int64_t n0, int64_t keys, int64_t k_rows,
+HOPATTN_ALWAYS_INLINE void load_key_block(const ForwardProblem& p, const Sequence& seq,
+                                          int64_t kv_head, int64_t n0, int64_t keys, int64_t k_rows,
                                           int64_t padded_d, float* k, float* v) {
   const int64_t d = p.head_dim;
   const auto* k_src = static_cast<const Element*>(p.k);
   const auto* v_src = static_cast<const Element*>(p.v);
   for (int64_t j = 0; j < keys; ++j) {
-    convert_row(k_src + row_offset(p.k_stride, batch, n0 + j, kv_head), k + j * d, d);
-    convert_row(v_src + row_offset(p.v_stride, batch, n0 + j, kv_head), v + j * padded_d, d);
+    const int64_t row = seq.k_begin + n0 + j;
+    convert_row(k_src + row_offset(p.k_stride, seq.tensor_batch, row, kv_head), k + j * d, d);
+    convert_row(v_src + row_offset(p.v_stride, seq.tensor_batch, row, kv_head), v + j * padded_d,
+                d);
     std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
   }
   std::fill(k + keys * d, k + k_rows * d, 0.f);
@@ -141,8 +181,9 @@ HOPATTN_ALWAYS_INLINE void load_key_block(const AttentionProblem& p, int64_t bat
 // from first_column on): masks scores past each row's last visible key, updates the running
 // max and sum, leaves the numerators P in s_t and the factor that rescales each output row in
 // `rescale`.
-HOPATTN_ALWAYS_INLINE void online_softmax_step(const AttentionProblem& p, int64_t m0, int64_t n0,
-                                               int64_t keys, int64_t first_column, int64_t columns,
+HOPATTN_ALWAYS_INLINE void online_softmax_step(const ForwardProblem& p, const Sequence& seq,
+                                               int64_t m0, int64_t n0, int64_t keys,
+                                               int64_t first_column, int64_t columns,
                                                float scale_log2, Workspace& ws) {
   float* s_t = ws.s_t.data();
   float* row_max = ws.row_max.data();
@@ -152,7 +193,7 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const AttentionProblem& p, int64_
   for (int64_t c = first_column; c < columns; c += kLanes) {
     VecInt key_end;  // visible keys of each lane's row, relative to this block
     for (int l = 0; l < kLanes; ++l) {
-      const int64_t end = visible_key_end(p.causal, m0 + c + l, p.seqlen_q, p.seqlen_k) - n0;
+      const int64_t end = visible_key_end(p.causal, m0 + c + l, seq.seqlen_q, seq.seqlen_k) - n0;
       key_end[l] = static_cast<int32_t>(std::clamp<int64_t>(end, 0, keys));
     }
     Vec block_max = splat(-INFINITY);
@@ -183,12 +224,13 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const AttentionProblem& p, int64_
 }
 
 template <class Element>
-HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const Task& t,
+HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Task& t,
                                               Workspace& ws) {
   const int64_t d = p.head_dim;
   const int64_t padded_d = round_up(d, kPadFloats);
   const int64_t m0 = t.block * kBlockM;
-  const int64_t rows = std::min(kBlockM, p.seqlen_q - m0);
+  const Sequence& seq = t.seq;
+  const int64_t rows = std::min(kBlockM, seq.seqlen_q - m0);
   const int64_t score_columns = round_up(rows, kScorePanel);
   const int64_t output_rows = round_up(rows, kOutputRows);
   const int64_t kv_head = t.head / p.heads_per_kv_head();
@@ -202,28 +244,28 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const T
   std::fill(o, o + output_rows * padded_d, 0.f);
 
   // Keys from here on are hidden from every row of the block, the last row seeing the most.
-  const int64_t key_limit = visible_key_end(p.causal, m0 + rows - 1, p.seqlen_q, p.seqlen_k);
+  const int64_t key_limit = visible_key_end(p.causal, m0 + rows - 1, seq.seqlen_q, seq.seqlen_k);
   int64_t first_row = 0;  // the first row that sees key n0; it only grows with n0
   for (int64_t n0 = 0; n0 < key_limit; n0 += kBlockN) {
     const int64_t keys = std::min(kBlockN, key_limit - n0);
     const int64_t score_rows = round_up(keys, kScoreRows);
-    while (visible_key_end(p.causal, m0 + first_row, p.seqlen_q, p.seqlen_k) <= n0) ++first_row;
+    while (visible_key_end(p.causal, m0 + first_row, seq.seqlen_q, seq.seqlen_k) <= n0) ++first_row;
     // Under the causal mask, the panels of rows that see no key of this block are skipped
     // throughout: their running max, sum and output stay as they are.
     const int64_t first = first_row / kScorePanel * kScorePanel;
-    load_key_block<Element>(p, t.batch, kv_head, n0, keys, score_rows, padded_d, ws.k.data(),
+    load_key_block<Element>(p, seq, kv_head, n0, keys, score_rows, padded_d, ws.k.data(),
                             ws.v.data());
     gemm<kScoreRows, kScoreVecs, false>(ws.k.data(), d, 1, ws.q_t.data() + first, kBlockM,
                                         ws.s_t.data() + first, kBlockM, score_rows,
                                         score_columns - first, d);
-    online_softmax_step(p, m0, n0, keys, first, score_columns, scale_log2, ws);
+    online_softmax_step(p, seq, m0, n0, keys, first, score_columns, scale_log2, ws);
     for (int64_t i = first; i < output_rows; ++i) {
       const float factor = ws.rescale.data()[i];
       if (factor == 1.f) continue;
       for (int64_t c = 0; c < padded_d; c += kLanes)
         store(o + i * padded_d + c, load(o + i * padded_d + c) * factor);
     }
-    prefetch_key_block<Element>(p, t.batch, kv_head, n0 + keys,
+    prefetch_key_block<Element>(p, seq, kv_head, n0 + keys,
                                 std::min(kBlockN, key_limit - n0 - keys));
     gemm<kOutputRows, kOutputVecs, true>(ws.s_t.data() + first, 1, kBlockM, ws.v.data(), padded_d,
                                          o + first * padded_d, padded_d, output_rows - first,
@@ -233,40 +275,39 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const AttentionProblem& p, const T
   for (int64_t i = 0; i < rows; ++i) {
     const float row_sum = ws.row_sum.data()[i];
     const float inverse = inverse_row_sum(row_sum);
-    Element* dst = static_cast<Element*>(p.o) + row_offset(p.o_stride, t.batch, m0 + i, t.head);
+    Element* dst = static_cast<Element*>(p.o) +
+                   row_offset(p.o_stride, seq.tensor_batch, seq.q_begin + m0 + i, t.head);
     for (int64_t c = 0; c < d; ++c) dst[c] = from_float<Element>(o[i * padded_d + c] * inverse);
     if (p.lse != nullptr) {
-      p.lse[lse_offset(p, t.batch, t.head, m0 + i)] =
+      p.lse[lse_index(p.seqlens, seq, p.heads_q, t.head, m0 + i)] =
           row_log_sum_exp(ws.row_max.data()[i], row_sum, p.softmax_scale);
     }
   }
 }
 
-HOPATTN_CPU_CLONES void run_task(const AttentionProblem& p, int64_t index) {
-  const Task task = task_of(p, index);
+HOPATTN_CPU_CLONES void run_task(const ForwardProblem& p, const Task& task) {
   Workspace& ws = thread_workspace();
   // A switch rather than visit_dtype: a lambda would be a separate function, outside the clone.
   switch (p.dtype) {
-    case HOPATTN_DTYPE_FLOAT32: attend_query_block<float>(p, task, ws); break;
-    case HOPATTN_DTYPE_BFLOAT16: attend_query_block<bfloat16>(p, task, ws); break;
-    case HOPATTN_DTYPE_FLOAT16: attend_query_block<float16>(p, task, ws); break;
+    case DType::kFloat32: attend_query_block<float>(p, task, ws); break;
+    case DType::kBFloat16: attend_query_block<bfloat16>(p, task, ws); break;
+    case DType::kFloat16: attend_query_block<float16>(p, task, ws); break;
   }
 }
 
 }  // namespace
 
-bool supports(hopattn_dtype dtype, int64_t head_dim) {
-  return is_valid_dtype(dtype) && head_dim >= 1 && head_dim <= kMaxHeadDim;
+bool supports(DType dtype, int64_t head_dim) {
+  return is_valid_dtype(static_cast<int>(dtype)) && head_dim >= 1 && head_dim <= kMaxHeadDim;
 }
 
 int worker_count() { return ThreadPool::instance().thread_count(); }
 
-hopattn_status forward(const AttentionProblem& problem) {
-  const int64_t blocks = (problem.seqlen_q + kBlockM - 1) / kBlockM;
-  const int64_t tasks = blocks * problem.batch * problem.heads_q;
-  ThreadPool::instance().parallel_for(tasks,
-                                      [&problem](int64_t index) { run_task(problem, index); });
-  return HOPATTN_OK;
+Status forward(const ForwardProblem& problem) {
+  const TaskList tasks(problem);
+  ThreadPool::instance().parallel_for(
+      tasks.count(), [&problem, &tasks](int64_t index) { run_task(problem, tasks[index]); });
+  return Status::kOk;
 }
 
 }  // namespace hopattn::cpu

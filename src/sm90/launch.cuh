@@ -1,5 +1,6 @@
-// Host side of one (dtype, head_dim) instantiation: builds the TMA descriptors, sizes shared memory
-// and launches the causal or non-causal kernel on the problem's stream.
+// Host side of one (dtype, head_dim) instantiation: composes the kernel from its collectives, builds
+// their parameters, sizes the persistent grid and launches the causal or non-causal kernel on the
+// problem's stream.
 #pragma once
 
 #include <string>
@@ -9,37 +10,62 @@
 #include "core/error.hpp"
 #include "core/problem.hpp"
 #include "sm90/kernel/config.hpp"
+#include "sm90/kernel/epilogue.cuh"
 #include "sm90/kernel/forward_kernel.cuh"
+#include "sm90/kernel/mainloop.cuh"
+#include "sm90/kernel/tile_scheduler.cuh"
 #include "sm90/kernel/tile_size.hpp"
 
 namespace hopattn::sm90 {
 
-inline hopattn_status cuda_failure(const char* what, cudaError_t error) {
-  return set_error(HOPATTN_ERROR_CUDA,
-                   std::string("sm90: ") + what + " failed: " + cudaGetErrorString(error));
+inline Status cuda_failure(const char* what, cudaError_t error) {
+  return set_error(Status::kCuda, std::string("sm90: ") + what + " failed: " + cudaGetErrorString(error));
 }
 
+// The current device's SM count and L2 size, read once per device.
+struct DeviceShape {
+  int sm_count = 0;
+  int64_t l2_bytes = 0;
+};
+Status current_device_shape(DeviceShape& shape);
+
 template <class Config, bool kCausal>
-hopattn_status launch_config(ForwardParams<Config> const& params, cudaStream_t stream) {
-  auto* kernel = &forward_kernel<Config, kCausal>;
+Status launch_forward_kernel(ForwardProblem const& problem, DeviceShape const& device) {
+  using Mainloop = ForwardMainloop<Config, kCausal>;
+  using Epilogue = ForwardEpilogue<Config>;
+  using Scheduler = PersistentTileScheduler<kCausal>;
+  using Kernel = ForwardKernel<Mainloop, Epilogue, Scheduler>;
+
+  typename Kernel::Params params;
+  params.mainloop = Mainloop::to_params(problem);
+  params.epilogue = Epilogue::to_params(problem);
+  const int num_m_blocks = int(ceil_div(problem.seqlens.seqlen_q, int64_t(Config::kBlockM)));
+  // K and V of one head, read by every query block of it; GQA heads of a group share them, which
+  // the head-fastest order keeps adjacent. Half of L2 leaves room for Q, O and other streams.
+  const int64_t kv_bytes = 2 * problem.seqlens.seqlen_k * problem.head_dim * int64_t(sizeof(typename Config::Element)) /
+                           problem.heads_per_kv_head();
+  params.scheduler = Scheduler::to_params(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch),
+                                          kv_bytes, device.l2_bytes / 2);
+
+  auto* kernel = &device_kernel<Kernel>;
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Config::kSharedMemoryBytes);
+                                           Kernel::kSharedMemoryBytes);
   if (error != cudaSuccess) return cuda_failure("cudaFuncSetAttribute", error);
-  const dim3 grid = LinearTileScheduler<kCausal>::grid(params.num_m_blocks, params.heads_q, params.batch);
-  kernel<<<grid, Config::kNumThreads, Config::kSharedMemoryBytes, stream>>>(params);
+  const dim3 grid = Scheduler::grid(params.scheduler, device.sm_count);
+  kernel<<<grid, Kernel::kNumThreads, Kernel::kSharedMemoryBytes, static_cast<cudaStream_t>(problem.cuda_stream)>>>(params);
   error = cudaGetLastError();
   if (error != cudaSuccess) return cuda_failure("forward kernel launch", error);
-  return HOPATTN_OK;
+  return Status::kOk;
 }
 
 template <class Element, int kHeadDim>
-hopattn_status launch_forward(AttentionProblem const& problem) {
+Status launch_forward(ForwardProblem const& problem) {
   using Tiles = TileSize<kHeadDim>;
   using Config = ForwardConfig<Element, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
-  const auto params = make_forward_params<Config>(problem);
-  auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
-  return problem.causal ? launch_config<Config, true>(params, stream)
-                        : launch_config<Config, false>(params, stream);
+  DeviceShape device;
+  if (Status status = current_device_shape(device); status != Status::kOk) return status;
+  return problem.causal ? launch_forward_kernel<Config, true>(problem, device)
+                        : launch_forward_kernel<Config, false>(problem, device);
 }
 
 }  // namespace hopattn::sm90

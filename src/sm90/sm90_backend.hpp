@@ -2,7 +2,9 @@
 // found; otherwise src/sm90/sm90_unavailable.cpp answers that it is not in this build.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/problem.hpp"
 
@@ -10,11 +12,15 @@ namespace hopattn::sm90 {
 
 // The kernels this build contains, whether or not a device is present.
 bool built();
-bool supports(hopattn_dtype dtype, int64_t head_dim);
+bool supports(DType dtype, int64_t head_dim);
+// "bfloat16 with head_dim 64/96/128/192/256; float16 with ..." or "nothing": for messages.
+std::string supported_list();
 // A compute-capability 9.0 device is current on this thread.
 bool device_available();
-// Runs on problem.cuda_stream. The problem is validated; failures are reported through
-// hopattn::set_error and returned.
-hopattn_status forward(const AttentionProblem& problem);
+// Bytes of workspace forward(problem) needs; 0 when none.
+size_t forward_workspace_size(const ForwardProblem& problem);
+// Runs on problem.cuda_stream. The problem is validated (including sm90_rules.hpp); failures are
+// reported through hopattn::set_error and returned.
+Status forward(const ForwardProblem& problem);
 
 }  // namespace hopattn::sm90

@@ -7,12 +7,16 @@ namespace hopattn::sm90 {
 
 bool built() { return false; }
 
-bool supports(hopattn_dtype, int64_t) { return false; }
+bool supports(DType, int64_t) { return false; }
+
+std::string supported_list() { return "nothing"; }
 
 bool device_available() { return false; }
 
-hopattn_status forward(const AttentionProblem&) {
-  return set_error(HOPATTN_ERROR_BACKEND_UNAVAILABLE,
+size_t forward_workspace_size(const ForwardProblem&) { return 0; }
+
+Status forward(const ForwardProblem&) {
+  return set_error(Status::kBackendUnavailable,
                    "the SM90 backend is not in this build: it was configured without CUDA "
                    "(HOPATTN_ENABLE_CUDA=OFF or no CUDA compiler found)");
 }

@@ -72,6 +72,9 @@ TEST(Api, DefaultOptions) {
   EXPECT_EQ(options.softmax_scale, 0.f);
   EXPECT_EQ(options.backend, HOPATTN_BACKEND_AUTO);
   EXPECT_EQ(options.cuda_stream, nullptr);
+  EXPECT_EQ(options.struct_size, sizeof(hopattn_forward_options));
+  EXPECT_EQ(options.workspace, nullptr);
+  EXPECT_EQ(options.workspace_bytes, 0u);
 }
 
 struct SmallProblem {
@@ -146,10 +149,11 @@ TEST(CppApi, ForwardMatchesTheReference) {
   options.backend = HOPATTN_BACKEND_CPU;
   forward(q, k, v, o, lse.data(), options);
 
-  AttentionProblem problem;
-  problem.dtype = HOPATTN_DTYPE_FLOAT32;
-  problem.batch = 2;
-  problem.seqlen_q = problem.seqlen_k = 8;
+  ForwardProblem problem;
+  problem.dtype = DType::kFloat32;
+  problem.seqlens.batch = 2;
+  problem.seqlens.seqlen_q = problem.seqlens.seqlen_k = 8;
+  problem.seqlens.total_q = problem.seqlens.total_k = 8;
   problem.heads_q = problem.heads_kv = 2;
   problem.head_dim = 16;
   problem.q = p.q.data();
@@ -187,6 +191,33 @@ TEST(CppApi, FailuresThrowErrorWithStatusAndMessage) {
   ForwardOptions options;
   options.softmax_scale = -1.f;
   EXPECT_THROW(forward(q, k, v, o, nullptr, options), std::runtime_error);
+}
+
+TEST(CppApi, ForwardVarlenMatchesTheFixedLengthCall) {
+  SmallProblem p;  // batch 2 of 8 queries and 8 keys: the same memory packed as 16 rows
+  std::vector<float> o_fixed(p.o.size()), o_varlen(p.o.size());
+  ForwardOptions options;
+  options.causal = true;
+  options.backend = HOPATTN_BACKEND_CPU;
+  const auto f32 = HOPATTN_DTYPE_FLOAT32;
+  Tensor o = Tensor::contiguous(o_fixed.data(), f32, 2, 8, 2, 16);
+  forward(Tensor::contiguous(p.q.data(), f32, 2, 8, 2, 16),
+          Tensor::contiguous(p.k.data(), f32, 2, 8, 2, 16),
+          Tensor::contiguous(p.v.data(), f32, 2, 8, 2, 16), o, nullptr, options);
+  const int32_t cu_seqlens[] = {0, 8, 16};
+  Varlen varlen;
+  varlen.batch = 2;
+  varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu_seqlens;
+  varlen.max_seqlen_q = varlen.max_seqlen_k = 8;
+  const Tensor q = Tensor::contiguous(p.q.data(), f32, 1, 16, 2, 16);
+  const Tensor k = Tensor::contiguous(p.k.data(), f32, 1, 16, 2, 16);
+  const Tensor v = Tensor::contiguous(p.v.data(), f32, 1, 16, 2, 16);
+  Tensor packed_o = Tensor::contiguous(o_varlen.data(), f32, 1, 16, 2, 16);
+  forward_varlen(q, k, v, packed_o, varlen, nullptr, options);
+  EXPECT_EQ(o_varlen, o_fixed);
+  EXPECT_EQ(forward_workspace_size(q, k, v, &varlen, options), 0u);
+  varlen.max_seqlen_k = 7;
+  EXPECT_THROW(forward_varlen(q, k, v, packed_o, varlen, nullptr, options), Error);
 }
 
 TEST(CppApi, VersionAndBuildInfo) {

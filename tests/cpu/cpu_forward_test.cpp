@@ -191,7 +191,7 @@ TEST(CpuForward, TolerancesCatchACausalMaskOffByOne) {
     options.causal = 1;
     ASSERT_EQ(hopattn_forward(&t.q, &t.k, &t.v, &t.o, t.lse.data(), &options), HOPATTN_OK);
     const std::vector<double> out = read_output(t.o);
-    const AttentionProblem problem = t.problem(c);
+    const ForwardProblem problem = t.problem(c);
 
     // ||out - ref|| / ||ref|| against a reference whose row i sees keys [0, key_end(i)).
     const auto error_against = [&](const std::function<int64_t(int64_t)>& key_end) {
@@ -200,7 +200,8 @@ TEST(CpuForward, TolerancesCatchACausalMaskOffByOne) {
         for (int64_t i = 0; i < c.seqlen_q; ++i) {
           double lse = 0;
           const int64_t end = std::clamp<int64_t>(key_end(i), 0, c.seqlen_k);
-          reference_row(problem, 0, h, i, end, ref.data() + (i * c.heads_q + h) * c.head_dim, lse);
+          reference_row(problem, {0, h, i}, end, ref.data() + (i * c.heads_q + h) * c.head_dim,
+                        lse);
         }
       }
       return error_norms(out, ref).relative;

@@ -102,10 +102,10 @@ TEST(Dtype, Float16KeepsNaNQuiet) {
 }
 
 TEST(Dtype, SizesNamesAndValidity) {
-  EXPECT_EQ(element_size(HOPATTN_DTYPE_FLOAT32), 4);
-  EXPECT_EQ(element_size(HOPATTN_DTYPE_BFLOAT16), 2);
-  EXPECT_EQ(element_size(HOPATTN_DTYPE_FLOAT16), 2);
-  EXPECT_STREQ(dtype_name(HOPATTN_DTYPE_BFLOAT16), "bfloat16");
+  EXPECT_EQ(element_size(DType::kFloat32), 4);
+  EXPECT_EQ(element_size(DType::kBFloat16), 2);
+  EXPECT_EQ(element_size(DType::kFloat16), 2);
+  EXPECT_STREQ(dtype_name(DType::kBFloat16), "bfloat16");
   EXPECT_TRUE(is_valid_dtype(2));
   EXPECT_FALSE(is_valid_dtype(3));
   EXPECT_FALSE(is_valid_dtype(-1));

@@ -4,11 +4,15 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 
+#include "api/abi.hpp"
+#include "api/problem_of.hpp"
 #include "core/causal_mask.hpp"
 #include "core/dtype.hpp"
+#include "core/seqlen.hpp"
 #include "cpu/reference.hpp"
 
 namespace hopattn::test {
@@ -16,9 +20,9 @@ namespace hopattn::test {
 std::string describe(const Case& c) {
   const char* layouts[] = {"contiguous", "padded", "packed-qkv"};
   std::ostringstream s;
-  s << dtype_name(c.dtype) << " batch " << c.batch << " seqlen_q " << c.seqlen_q << " seqlen_k "
-    << c.seqlen_k << " heads " << c.heads_q << "/" << c.heads_kv << " head_dim " << c.head_dim
-    << (c.causal ? " causal" : "") << " scale " << c.softmax_scale << " "
+  s << dtype_name(dtype_of(c.dtype)) << " batch " << c.batch << " seqlen_q " << c.seqlen_q
+    << " seqlen_k " << c.seqlen_k << " heads " << c.heads_q << "/" << c.heads_kv << " head_dim "
+    << c.head_dim << (c.causal ? " causal" : "") << " scale " << c.softmax_scale << " "
     << layouts[static_cast<int>(c.layout)] << " q_magnitude " << c.q_magnitude;
   return s.str();
 }
@@ -139,8 +143,8 @@ CaseTensors::CaseTensors(const Case& c, std::mt19937_64& rng) {
   for (int i = 0; i < 3; ++i) {
     const double magnitude = i == 0 ? c.q_magnitude : 1.0;
     *tensors[i] = views[i].tensor;
-    void* base =
-        static_cast<char*>(qkv_buffer.data(c.dtype)) + views[i].offset * element_size(c.dtype);
+    void* base = static_cast<char*>(qkv_buffer.data(c.dtype)) +
+                 views[i].offset * element_size(dtype_of(c.dtype));
     tensors[i]->data = base;
     for_each_element(*tensors[i], [&](int64_t b, int64_t s, int64_t h, int64_t d) {
       store_element(c.dtype, base, element_offset(*tensors[i], b, s, h, d),
@@ -155,7 +159,7 @@ CaseTensors::CaseTensors(const Case& c, std::mt19937_64& rng) {
   lse.assign(static_cast<size_t>(c.batch * c.heads_q * c.seqlen_q), NAN);
 }
 
-AttentionProblem CaseTensors::problem(const Case& c) {
+ForwardProblem CaseTensors::problem(const Case& c) {
   hopattn_forward_options options = hopattn_default_forward_options();
   options.causal = c.causal;
   options.softmax_scale = c.softmax_scale;
@@ -207,35 +211,28 @@ double score_error_bound(const Case& c) {
   return scale * static_cast<double>(c.head_dim) * c.q_magnitude * 0x1p-24;
 }
 
-void check_case(const Case& c) {
-  const uint64_t seed = test_seed();
-  SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  CaseTensors t(c, rng);
+namespace {
 
-  hopattn_forward_options options = hopattn_default_forward_options();
-  options.causal = c.causal;
-  options.softmax_scale = c.softmax_scale;
-  options.backend = HOPATTN_BACKEND_CPU;
-  ASSERT_EQ(hopattn_forward(&t.q, &t.k, &t.v, &t.o, t.lse.data(), &options), HOPATTN_OK)
-      << hopattn_last_error();
-  EXPECT_STREQ(hopattn_last_error(), "");
-
+// The calls's outputs in `t` against the reference for `problem`, sequence by sequence.
+void check_against_reference(const Case& c, CaseTensors& t, const ForwardProblem& problem) {
   std::vector<double> ref_out, ref_lse;
-  const AttentionProblem problem = t.problem(c);
   reference_forward(problem, ref_out, ref_lse);
   const std::vector<double> out = read_output(t.o);
 
   int64_t unwritten = 0, nonzero_in_empty_rows = 0, bad_lse = 0;
   double lse_error = 0;
+  const SeqlenLayout& layout = problem.seqlens;
   const int64_t d = c.head_dim;
-  for (int64_t b = 0; b < c.batch; ++b) {
+  for (int64_t b = 0; b < layout.batch; ++b) {
+    const Sequence seq = sequence_of(layout, b);
     for (int64_t h = 0; h < c.heads_q; ++h) {
-      for (int64_t i = 0; i < c.seqlen_q; ++i) {
-        const size_t row = static_cast<size_t>(((b * c.seqlen_q + i) * c.heads_q + h) * d);
-        const double want_lse = ref_lse[lse_offset(problem, b, h, i)];
-        const double got_lse = t.lse[lse_offset(problem, b, h, i)];
-        const bool sees_no_key = visible_key_end(c.causal, i, c.seqlen_q, c.seqlen_k) == 0;
+      for (int64_t i = 0; i < seq.seqlen_q; ++i) {
+        const int64_t tensor_row = seq.tensor_batch * layout.total_q + seq.q_begin + i;
+        const size_t row = static_cast<size_t>((tensor_row * c.heads_q + h) * d);
+        const int64_t lse_at = lse_index(layout, seq, c.heads_q, h, i);
+        const double want_lse = ref_lse[lse_at];
+        const double got_lse = t.lse[lse_at];
+        const bool sees_no_key = visible_key_end(c.causal, i, seq.seqlen_q, seq.seqlen_k) == 0;
         for (int64_t e = 0; e < d; ++e) {
           unwritten += !std::isfinite(out[row + e]);
           nonzero_in_empty_rows += sees_no_key && out[row + e] != 0.0;
@@ -270,6 +267,103 @@ void check_case(const Case& c) {
     gaps_written += !in_view[i] && !is_nan_element(c.dtype, t.o.data, static_cast<int64_t>(i));
   }
   EXPECT_EQ(gaps_written, 0) << "elements between the output's rows were overwritten";
+}
+
+hopattn_forward_options cpu_options(bool causal, float softmax_scale) {
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.causal = causal;
+  options.softmax_scale = softmax_scale;
+  options.backend = HOPATTN_BACKEND_CPU;
+  return options;
+}
+
+Case packed_case(const VarlenCase& c) {
+  Case packed;
+  packed.dtype = c.dtype;
+  packed.batch = 1;
+  packed.seqlen_q = std::accumulate(c.seqlens_q.begin(), c.seqlens_q.end(), int64_t{0});
+  packed.seqlen_k = std::accumulate(c.seqlens_k.begin(), c.seqlens_k.end(), int64_t{0});
+  packed.heads_q = c.heads_q;
+  packed.heads_kv = c.heads_kv;
+  packed.head_dim = c.head_dim;
+  packed.causal = c.causal;
+  packed.softmax_scale = c.softmax_scale;
+  packed.layout = c.layout;
+  packed.q_magnitude = c.q_magnitude;
+  return packed;
+}
+
+std::vector<int32_t> prefix_sums(const std::vector<int32_t>& lengths) {
+  std::vector<int32_t> sums(lengths.size() + 1, 0);
+  std::partial_sum(lengths.begin(), lengths.end(), sums.begin() + 1);
+  return sums;
+}
+
+}  // namespace
+
+void check_case(const Case& c) {
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  CaseTensors t(c, rng);
+  const hopattn_forward_options options = cpu_options(c.causal, c.softmax_scale);
+  ASSERT_EQ(hopattn_forward(&t.q, &t.k, &t.v, &t.o, t.lse.data(), &options), HOPATTN_OK)
+      << hopattn_last_error();
+  EXPECT_STREQ(hopattn_last_error(), "");
+  check_against_reference(c, t, t.problem(c));
+}
+
+std::string describe(const VarlenCase& c) {
+  const auto list = [](const std::vector<int32_t>& values) {
+    std::string s;
+    for (int32_t v : values) s += (s.empty() ? "" : ",") + std::to_string(v);
+    return s;
+  };
+  std::ostringstream s;
+  s << dtype_name(dtype_of(c.dtype)) << " varlen q [" << list(c.seqlens_q) << "] k ["
+    << list(c.seqlens_k) << "]";
+  if (!c.seqused_k.empty()) s << " seqused_k [" << list(c.seqused_k) << "]";
+  s << " heads " << c.heads_q << "/" << c.heads_kv << " head_dim " << c.head_dim
+    << (c.causal ? " causal" : "") << " scale " << c.softmax_scale
+    << (c.layout == Layout::Padded ? " padded" : "") << " q_magnitude " << c.q_magnitude;
+  return s.str();
+}
+
+VarlenTensors::VarlenTensors(const VarlenCase& c, std::mt19937_64& rng)
+    : packed(packed_case(c)),
+      tensors(packed, rng),
+      cu_seqlens_q(prefix_sums(c.seqlens_q)),
+      cu_seqlens_k(prefix_sums(c.seqlens_k)),
+      seqused_k(c.seqused_k) {
+  if (c.seqlens_q.size() != c.seqlens_k.size())
+    throw std::invalid_argument("one query and one key length per sequence");
+  varlen = hopattn_default_varlen();
+  varlen.batch = static_cast<int64_t>(c.seqlens_q.size());
+  varlen.cu_seqlens_q = cu_seqlens_q.data();
+  varlen.cu_seqlens_k = cu_seqlens_k.data();
+  varlen.seqused_k = seqused_k.empty() ? nullptr : seqused_k.data();
+  varlen.max_seqlen_q = std::max(1, *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end()));
+  varlen.max_seqlen_k = std::max(1, *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end()));
+}
+
+ForwardProblem VarlenTensors::problem(const VarlenCase& c) {
+  const hopattn_forward_options options = cpu_options(c.causal, c.softmax_scale);
+  return problem_of(tensors.q, tensors.k, tensors.v, tensors.o, tensors.lse.data(), varlen,
+                    options);
+}
+
+void check_varlen_case(const VarlenCase& c) {
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  VarlenTensors t(c, rng);
+  CaseTensors& x = t.tensors;
+  const hopattn_forward_options options = cpu_options(c.causal, c.softmax_scale);
+  ASSERT_EQ(hopattn_forward_varlen(&x.q, &x.k, &x.v, &x.o, x.lse.data(), &t.varlen, &options),
+            HOPATTN_OK)
+      << hopattn_last_error();
+  EXPECT_STREQ(hopattn_last_error(), "");
+  check_against_reference(t.packed, x, t.problem(c));
 }
 
 }  // namespace hopattn::test

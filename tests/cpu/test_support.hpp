@@ -1,5 +1,6 @@
 // Host tensors with random contents in any layout, and the comparison of a forward call
-// against the float64 reference, for the tests that go through libhopattn.so.
+// (fixed-length or variable-length) against the float64 reference, for the tests that go through
+// libhopattn.so.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,7 @@ struct CaseTensors {
 
   CaseTensors(const Case& c, std::mt19937_64& rng);
   // The problem as the reference reads it, with the scale resolved as the API resolves it.
-  AttentionProblem problem(const Case& c);
+  ForwardProblem problem(const Case& c);
 };
 
 // ||a - b|| / ||b||, RMSE and the largest |a - b| over two equally long arrays.
@@ -81,5 +82,34 @@ double score_error_bound(const Case& c);
 // element written and finite, padding untouched, rows that see no key exactly 0 with LSE -inf,
 // and the error norms within tolerance.
 void check_case(const Case& c);
+
+// A variable-length batch: one entry per sequence in each list.
+struct VarlenCase {
+  hopattn_dtype dtype = HOPATTN_DTYPE_FLOAT32;
+  std::vector<int32_t> seqlens_q, seqlens_k;
+  std::vector<int32_t> seqused_k;  // empty: none
+  int64_t heads_q = 1, heads_kv = 1, head_dim = 64;
+  bool causal = false;
+  float softmax_scale = 0.f;
+  Layout layout = Layout::Contiguous;  // Contiguous or Padded
+  float q_magnitude = 1.f;
+};
+
+std::string describe(const VarlenCase& c);
+
+// The packed tensors of a varlen case (q, k, v, o of batch 1 with total_q and total_k rows,
+// poisoned like CaseTensors), its prefix sums and the hopattn_varlen that points at them.
+struct VarlenTensors {
+  Case packed;  // the tensors' shape: batch 1, seqlen_q = total_q, seqlen_k = total_k
+  CaseTensors tensors;
+  std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k;
+  hopattn_varlen varlen{};
+
+  VarlenTensors(const VarlenCase& c, std::mt19937_64& rng);
+  ForwardProblem problem(const VarlenCase& c);
+};
+
+// check_case for a variable-length batch, through hopattn_forward_varlen.
+void check_varlen_case(const VarlenCase& c);
 
 }  // namespace hopattn::test

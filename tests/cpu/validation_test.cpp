@@ -1,5 +1,6 @@
-// One test per validation rule, against validate_forward with faked system queries, so that the
-// SM90 rules run without a GPU. Every tensor points into memory mapped PROT_NONE: a
+// One test per validation rule, against validate_forward / validate_forward_varlen /
+// validate_forward_workspace_query with faked system queries, so that the SM90 rules
+// (sm90/sm90_rules.cpp) run without a GPU. Every tensor points into memory mapped PROT_NONE: a
 // validation that read or wrote a tensor would crash the test.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -8,19 +9,22 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <vector>
 
+#include "api/abi.hpp"
 #include "api/validate.hpp"
 #include "core/error.hpp"
+#include "sm90/sm90_rules.hpp"
 
 namespace hopattn {
 namespace {
 
 constexpr int64_t kSlotBytes = 1 << 20;
 
-// Four tensor slots and one for lse, all inaccessible.
+// Four tensor slots, one for lse and one for varlen metadata and workspaces, all inaccessible.
 char* inaccessible_slots() {
   static void* region =
-      mmap(nullptr, 5 * kSlotBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      mmap(nullptr, 6 * kSlotBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   EXPECT_NE(region, MAP_FAILED);
   return static_cast<char*>(region);
 }
@@ -52,17 +56,22 @@ class Validation : public ::testing::Test {
     };
     queries.sm90_built = [this] { return sm90_built; };
     queries.sm90_device_available = [this] { return sm90_device; };
-    // What the SM90 kernels of this project compile.
-    queries.sm90_supports = [](hopattn_dtype dtype, int64_t head_dim) {
-      return dtype != HOPATTN_DTYPE_FLOAT32 &&
-             (head_dim == 64 || head_dim == 128 || head_dim == 256);
+    // A build with some of the SM90 kernels of this project.
+    queries.sm90_supports = [](DType dtype, int64_t head_dim) {
+      return dtype != DType::kFloat32 && (head_dim == 64 || head_dim == 128 || head_dim == 256);
     };
+    queries.sm90_supported_list = [] {
+      return std::string("bfloat16 with head_dim 64/128/256; float16 with head_dim 64/128/256");
+    };
+    queries.sm90_forward_workspace_size = [this](const ForwardProblem&) { return sm90_workspace; };
     return queries;
   }
 
   hopattn_status validate() {
     clear_error();
-    return validate_forward(&q, &k, &v, &o, lse, &options, system(), call);
+    return c_status(varlen_call ? validate_forward_varlen(&q, &k, &v, &o, lse, &varlen, &options,
+                                                          system(), call)
+                                : validate_forward(&q, &k, &v, &o, lse, &options, system(), call));
   }
 
   void expect_accepted() { EXPECT_EQ(validate(), HOPATTN_OK) << last_error(); }
@@ -90,11 +99,46 @@ class Validation : public ::testing::Test {
     return &o;
   }
 
+  // validate() checks hopattn_forward_varlen with `varlen` over packed tensors: q and o
+  // (1, 40, 4, 64), k and v (1, 70, 2, 64) in three sequences, one of them empty.
+  void as_varlen() {
+    varlen_call = true;
+    char* slots = inaccessible_slots();
+    q = contiguous(slots, HOPATTN_DTYPE_BFLOAT16, 1, 40, 4, 64);
+    k = contiguous(slots + kSlotBytes, HOPATTN_DTYPE_BFLOAT16, 1, 70, 2, 64);
+    v = contiguous(slots + 2 * kSlotBytes, HOPATTN_DTYPE_BFLOAT16, 1, 70, 2, 64);
+    o = contiguous(slots + 3 * kSlotBytes, HOPATTN_DTYPE_BFLOAT16, 1, 40, 4, 64);
+    cu_seqlens_q = {0, 10, 10, 40};
+    cu_seqlens_k = {0, 30, 45, 70};
+    seqused_k = {30, 0, 20};
+    varlen = hopattn_varlen{};
+    varlen.struct_size = sizeof(hopattn_varlen);
+    varlen.batch = 3;
+    varlen.cu_seqlens_q = cu_seqlens_q.data();
+    varlen.cu_seqlens_k = cu_seqlens_k.data();
+    varlen.max_seqlen_q = 30;
+    varlen.max_seqlen_k = 30;
+  }
+
+  // Varlen metadata no one may read: the SM90 backend cannot without a device sync.
+  void with_unreadable_varlen_metadata() {
+    const auto* slot = reinterpret_cast<const int32_t*>(inaccessible_slots() + 5 * kSlotBytes);
+    varlen.cu_seqlens_q = slot;
+    varlen.cu_seqlens_k = slot + 64;
+    varlen.seqused_k = slot + 128;
+  }
+
+  void* workspace_slot() { return inaccessible_slots() + 5 * kSlotBytes + 4096; }
+
   hopattn_tensor q{}, k{}, v{}, o{};
   float* lse = nullptr;
   hopattn_forward_options options{};
   std::map<const void*, MemorySpace> spaces;
   bool sm90_built = false, sm90_device = false;
+  size_t sm90_workspace = 0;
+  bool varlen_call = false;
+  hopattn_varlen varlen{};
+  std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k;
   ForwardCall call;
 };
 
@@ -105,11 +149,14 @@ TEST_F(Validation, AcceptsAValidCallAndResolvesTheProblem) {
   options.softmax_scale = 0.25f;
   expect_accepted();
   EXPECT_EQ(call.backend, HOPATTN_BACKEND_CPU);
-  const AttentionProblem& p = call.problem;
-  EXPECT_EQ(p.dtype, HOPATTN_DTYPE_BFLOAT16);
-  EXPECT_EQ(p.batch, 2);
-  EXPECT_EQ(p.seqlen_q, 64);
-  EXPECT_EQ(p.seqlen_k, 80);
+  const ForwardProblem& p = call.problem;
+  EXPECT_EQ(p.dtype, DType::kBFloat16);
+  EXPECT_EQ(p.seqlens.batch, 2);
+  EXPECT_EQ(p.seqlens.seqlen_q, 64);
+  EXPECT_EQ(p.seqlens.seqlen_k, 80);
+  EXPECT_EQ(p.seqlens.total_q, 64);
+  EXPECT_EQ(p.seqlens.total_k, 80);
+  EXPECT_FALSE(p.seqlens.varlen());
   EXPECT_EQ(p.heads_q, 4);
   EXPECT_EQ(p.heads_kv, 2);
   EXPECT_EQ(p.head_dim, 64);
@@ -122,7 +169,7 @@ TEST_F(Validation, AcceptsAValidCallAndResolvesTheProblem) {
 }
 
 TEST_F(Validation, NullOptionsMeanDefaults) {
-  EXPECT_EQ(validate_forward(&q, &k, &v, &o, nullptr, nullptr, system(), call), HOPATTN_OK);
+  EXPECT_EQ(validate_forward(&q, &k, &v, &o, nullptr, nullptr, system(), call), Status::kOk);
   EXPECT_EQ(call.backend, HOPATTN_BACKEND_CPU);
   EXPECT_FALSE(call.problem.causal);
   EXPECT_EQ(call.problem.softmax_scale, 0.125f);
@@ -141,7 +188,7 @@ TEST_F(Validation, RejectsNullTensorStruct) {
     args[std::string("qkvo").find(name[0])] = nullptr;
     clear_error();
     EXPECT_EQ(validate_forward(args[0], args[1], args[2], args[3], lse, &options, system(), call),
-              HOPATTN_ERROR_INVALID_ARGUMENT);
+              Status::kInvalidArgument);
     EXPECT_EQ(std::string(last_error()), std::string(name) + " is NULL");
   }
 }
@@ -481,6 +528,464 @@ TEST_F(Validation, TmaRulesDoNotApplyToTheCpuBackend) {
   q.seq_stride = 4 * 64 + 1;
   q.batch_stride = 64 * q.seq_stride;
   expect_accepted();
+}
+
+// --- Growable structs: struct_size ---
+
+TEST_F(Validation, RejectsOptionsWithStructSizeZero) {
+  options.struct_size = 0;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "options->struct_size is 0");
+  EXPECT_NE(std::string(last_error()).find("hopattn_default_forward_options()"), std::string::npos)
+      << last_error();
+}
+
+TEST_F(Validation, RejectsOptionsWithStructSizeBelowTheFirstVersion) {
+  options.struct_size = kForwardOptionsFirstSize - 1;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "options->struct_size is " + std::to_string(kForwardOptionsFirstSize - 1));
+}
+
+// A caller built against a newer hopattn.h: the fields this library knows are read, the rest
+// ignored.
+TEST_F(Validation, AcceptsOptionsFromANewerHeader) {
+  struct NewerOptions {
+    hopattn_forward_options known;
+    int64_t added_later;
+  } newer{default_forward_options(), 42};
+  newer.known.struct_size = sizeof(NewerOptions);
+  newer.known.causal = 1;
+  newer.known.softmax_scale = 0.5f;
+  EXPECT_EQ(validate_forward(&q, &k, &v, &o, lse, &newer.known, system(), call), Status::kOk)
+      << last_error();
+  EXPECT_TRUE(call.problem.causal);
+  EXPECT_EQ(call.problem.softmax_scale, 0.5f);
+}
+
+TEST_F(Validation, RejectsVarlenWithStructSizeZero) {
+  as_varlen();
+  varlen.struct_size = 0;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->struct_size is 0");
+  EXPECT_NE(std::string(last_error()).find("hopattn_default_varlen()"), std::string::npos)
+      << last_error();
+  varlen.struct_size = kVarlenFirstSize - 8;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->struct_size is");
+}
+
+TEST_F(Validation, DefaultStructsCarryTheirSize) {
+  EXPECT_EQ(default_forward_options().struct_size, sizeof(hopattn_forward_options));
+  EXPECT_EQ(default_forward_options().workspace, nullptr);
+  EXPECT_EQ(default_forward_options().workspace_bytes, 0u);
+  EXPECT_EQ(default_varlen().struct_size, sizeof(hopattn_varlen));
+  EXPECT_EQ(default_varlen().batch, 0);
+  EXPECT_EQ(default_varlen().cu_seqlens_q, nullptr);
+}
+
+// --- Workspace ---
+
+TEST_F(Validation, CpuNeedsNoWorkspace) {
+  expect_accepted();
+  EXPECT_EQ(call.workspace_needed, 0u);
+  EXPECT_EQ(call.problem.workspace, nullptr);
+}
+
+TEST_F(Validation, PassesTheCallersWorkspaceToTheBackend) {
+  on_a_gpu();
+  sm90_workspace = 4096;
+  options.workspace = workspace_slot();
+  options.workspace_bytes = 8192;
+  spaces[options.workspace] = MemorySpace::Device;
+  expect_accepted();
+  EXPECT_EQ(call.workspace_needed, 4096u);
+  EXPECT_EQ(call.problem.workspace, options.workspace);
+  EXPECT_EQ(call.problem.workspace_bytes, 8192u);
+}
+
+TEST_F(Validation, RejectsWorkspaceSmallerThanNeeded) {
+  on_a_gpu();
+  sm90_workspace = 4096;
+  options.workspace = workspace_slot();
+  options.workspace_bytes = 4095;
+  spaces[options.workspace] = MemorySpace::Device;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "options->workspace_bytes is 4095 but the call needs 4096 bytes");
+}
+
+TEST_F(Validation, RejectsWorkspaceNotAlignedTo256Bytes) {
+  options.workspace = static_cast<char*>(workspace_slot()) + 128;
+  options.workspace_bytes = 1024;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "options->workspace is not 256-byte aligned");
+}
+
+TEST_F(Validation, RejectsWorkspaceInTheOtherMemorySpace) {
+  on_a_gpu();
+  options.workspace = workspace_slot();
+  options.workspace_bytes = 1024;
+  spaces[options.workspace] = MemorySpace::Host;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "options->workspace is host memory; the SM90 backend needs device memory");
+  SetUp();
+  spaces.clear();
+  options.backend = HOPATTN_BACKEND_CPU;
+  options.workspace = workspace_slot();
+  options.workspace_bytes = 1024;
+  spaces[options.workspace] = MemorySpace::Device;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "options->workspace is device memory; the CPU backend needs host memory");
+}
+
+TEST_F(Validation, WorkspaceQueryAnswersTheSm90Size) {
+  on_a_gpu();
+  sm90_workspace = 12345;
+  EXPECT_EQ(validate_forward_workspace_query(&q, &k, &v, nullptr, &options, system(), call),
+            Status::kOk)
+      << last_error();
+  EXPECT_EQ(call.backend, HOPATTN_BACKEND_SM90);
+  EXPECT_EQ(call.workspace_needed, 12345u);
+  EXPECT_EQ(call.problem.o, nullptr);
+}
+
+TEST_F(Validation, WorkspaceQueryAnswersZeroOnTheCpu) {
+  sm90_workspace = 12345;
+  EXPECT_EQ(validate_forward_workspace_query(&q, &k, &v, nullptr, &options, system(), call),
+            Status::kOk)
+      << last_error();
+  EXPECT_EQ(call.backend, HOPATTN_BACKEND_CPU);
+  EXPECT_EQ(call.workspace_needed, 0u);
+}
+
+TEST_F(Validation, WorkspaceQueryValidatesLikeTheCall) {
+  k.heads = v.heads = 3;
+  EXPECT_EQ(validate_forward_workspace_query(&q, &k, &v, nullptr, &options, system(), call),
+            Status::kInvalidArgument);
+  EXPECT_NE(std::string(last_error()).find("must be a multiple of k.heads (3)"), std::string::npos);
+  SetUp();
+  on_a_gpu();
+  q.seq_stride = 4 * 64 + 4;
+  q.batch_stride = 64 * q.seq_stride;
+  EXPECT_EQ(validate_forward_workspace_query(&q, &k, &v, nullptr, &options, system(), call),
+            Status::kInvalidArgument);
+  EXPECT_NE(std::string(last_error()).find("q.seq_stride is 260 elements"), std::string::npos);
+  SetUp();
+  as_varlen();
+  varlen.max_seqlen_q = 0;
+  EXPECT_EQ(validate_forward_workspace_query(&q, &k, &v, &varlen, &options, system(), call),
+            Status::kInvalidArgument);
+  EXPECT_NE(std::string(last_error()).find("varlen->max_seqlen_q is 0"), std::string::npos);
+}
+
+TEST_F(Validation, WorkspaceQueryOfAVarlenCall) {
+  as_varlen();
+  on_a_gpu();
+  with_unreadable_varlen_metadata();
+  for (const void* p : {static_cast<const void*>(varlen.cu_seqlens_q),
+                        static_cast<const void*>(varlen.cu_seqlens_k)}) {
+    spaces[p] = MemorySpace::Device;
+  }
+  spaces[varlen.seqused_k] = MemorySpace::Device;
+  sm90_workspace = 256;
+  EXPECT_EQ(validate_forward_workspace_query(&q, &k, &v, &varlen, &options, system(), call),
+            Status::kOk)
+      << last_error();
+  EXPECT_TRUE(call.problem.seqlens.varlen());
+  EXPECT_EQ(call.workspace_needed, 256u);
+}
+
+// --- Variable-length batches ---
+
+TEST_F(Validation, AcceptsAVarlenCallAndResolvesTheProblem) {
+  as_varlen();
+  varlen.seqused_k = seqused_k.data();
+  options.causal = 1;
+  expect_accepted();
+  const SeqlenLayout& s = call.problem.seqlens;
+  EXPECT_TRUE(s.varlen());
+  EXPECT_EQ(s.batch, 3);
+  EXPECT_EQ(s.seqlen_q, 30);
+  EXPECT_EQ(s.seqlen_k, 30);
+  EXPECT_EQ(s.total_q, 40);
+  EXPECT_EQ(s.total_k, 70);
+  EXPECT_EQ(s.cu_seqlens_q, cu_seqlens_q.data());
+  EXPECT_EQ(s.cu_seqlens_k, cu_seqlens_k.data());
+  EXPECT_EQ(s.seqused_k, seqused_k.data());
+  const Sequence third = sequence_of(s, 2);
+  EXPECT_EQ(third.q_begin, 10);
+  EXPECT_EQ(third.seqlen_q, 30);
+  EXPECT_EQ(third.k_begin, 45);
+  EXPECT_EQ(third.seqlen_k, 20);  // seqused_k
+}
+
+TEST_F(Validation, RejectsNullVarlen) {
+  clear_error();
+  EXPECT_EQ(validate_forward_varlen(&q, &k, &v, &o, lse, nullptr, &options, system(), call),
+            Status::kInvalidArgument);
+  EXPECT_STREQ(last_error(), "varlen is NULL");
+}
+
+TEST_F(Validation, VarlenTensorsMustHaveBatchOne) {
+  for (const char* name : kTensorNames) {
+    SCOPED_TRACE(name);
+    SetUp();
+    as_varlen();
+    hopattn_tensor* t = tensor(name);
+    t->batch = 2;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    std::string(name) +
+                        ".batch is 2; a variable-length batch packs its sequences "
+                        "along seqlen, so q, k, v and o have batch 1");
+  }
+}
+
+TEST_F(Validation, RejectsVarlenBatchBelowOne) {
+  as_varlen();
+  for (int64_t batch : {0, -1}) {
+    varlen.batch = batch;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "varlen->batch is " + std::to_string(batch) + "; it must be >= 1");
+  }
+}
+
+TEST_F(Validation, RejectsNullPrefixSums) {
+  as_varlen();
+  varlen.cu_seqlens_q = nullptr;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->cu_seqlens_q is NULL");
+  as_varlen();
+  varlen.cu_seqlens_k = nullptr;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->cu_seqlens_k is NULL");
+}
+
+TEST_F(Validation, RejectsVarlenArraysNotAlignedTo4Bytes) {
+  const char* names[] = {"cu_seqlens_q", "cu_seqlens_k", "seqused_k"};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(names[i]);
+    as_varlen();
+    varlen.seqused_k = seqused_k.data();
+    const int32_t** arrays[] = {&varlen.cu_seqlens_q, &varlen.cu_seqlens_k, &varlen.seqused_k};
+    *arrays[i] = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(*arrays[i]) + 2);
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    std::string("varlen->") + names[i] + " is not 4-byte aligned");
+  }
+}
+
+TEST_F(Validation, RejectsMaxSeqlenBelowOne) {
+  as_varlen();
+  varlen.max_seqlen_q = 0;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->max_seqlen_q is 0; it must be >= 1");
+  as_varlen();
+  varlen.max_seqlen_k = -5;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->max_seqlen_k is -5; it must be >= 1");
+}
+
+TEST_F(Validation, RejectsFirstPrefixSumOtherThanZero) {
+  as_varlen();
+  cu_seqlens_q[0] = 1;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->cu_seqlens_q[0] is 1; it must be 0");
+  as_varlen();
+  cu_seqlens_k[0] = -1;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->cu_seqlens_k[0] is -1; it must be 0");
+}
+
+TEST_F(Validation, RejectsDecreasingPrefixSums) {
+  as_varlen();
+  cu_seqlens_q = {0, 10, 5, 40};
+  varlen.cu_seqlens_q = cu_seqlens_q.data();
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "varlen->cu_seqlens_q[2] is 5 but varlen->cu_seqlens_q[1] is 10; the prefix "
+                  "sums must not decrease");
+  as_varlen();
+  cu_seqlens_k = {0, 30, 29, 70};
+  varlen.cu_seqlens_k = cu_seqlens_k.data();
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->cu_seqlens_k[2] is 29");
+}
+
+TEST_F(Validation, RejectsLastPrefixSumOtherThanTheTotal) {
+  as_varlen();
+  cu_seqlens_q[3] = 39;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "varlen->cu_seqlens_q[3] is 39 but q.seqlen (total_q) is 40");
+  as_varlen();
+  cu_seqlens_k[3] = 71;
+  varlen.max_seqlen_k = 100;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "varlen->cu_seqlens_k[3] is 71 but k.seqlen (total_k) is 70");
+}
+
+TEST_F(Validation, RejectsASequenceLongerThanMaxSeqlen) {
+  as_varlen();
+  varlen.max_seqlen_q = 29;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "sequence 2 has 30 queries (varlen->cu_seqlens_q[3] - varlen->cu_seqlens_q[2]) "
+                  "but varlen->max_seqlen_q is 29");
+  as_varlen();
+  varlen.max_seqlen_k = 25;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "sequence 0 has 30 keys (varlen->cu_seqlens_k[1] - varlen->cu_seqlens_k[0]) but "
+                  "varlen->max_seqlen_k is 25");
+}
+
+TEST_F(Validation, RejectsSequsedKOutsideTheKeyLength) {
+  as_varlen();
+  varlen.seqused_k = seqused_k.data();
+  seqused_k[2] = 26;  // sequence 2 has 25 keys
+  expect_rejected(
+      HOPATTN_ERROR_INVALID_ARGUMENT,
+      "varlen->seqused_k[2] is 26; it must be in [0, 25], the key length of sequence 2");
+  seqused_k[2] = 25;
+  seqused_k[0] = -1;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->seqused_k[0] is -1");
+}
+
+TEST_F(Validation, AcceptsEmptySequencesAndLargerMaxSeqlens) {
+  as_varlen();
+  cu_seqlens_q = {0, 0, 40, 40};
+  cu_seqlens_k = {0, 0, 0, 70};
+  varlen.cu_seqlens_q = cu_seqlens_q.data();
+  varlen.cu_seqlens_k = cu_seqlens_k.data();
+  varlen.max_seqlen_q = varlen.max_seqlen_k = 1000;
+  expect_accepted();
+}
+
+TEST_F(Validation, VarlenLseIsHeadsByTotalQ) {
+  as_varlen();
+  // lse is (heads_q, total_q) = 160 floats: right behind it may start another buffer.
+  lse = reinterpret_cast<float*>(static_cast<char*>(o.data) - 160 * sizeof(float));
+  expect_accepted();
+  lse = reinterpret_cast<float*>(static_cast<char*>(o.data) - 159 * sizeof(float));
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "lse shares memory with o");
+}
+
+TEST_F(Validation, CpuRejectsVarlenMetadataInDeviceMemory) {
+  as_varlen();
+  spaces[varlen.cu_seqlens_k] = MemorySpace::Device;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "varlen->cu_seqlens_k is device memory; the CPU backend needs host memory");
+}
+
+TEST_F(Validation, Sm90RejectsVarlenMetadataInHostMemory) {
+  as_varlen();
+  on_a_gpu();
+  spaces[varlen.cu_seqlens_k] = MemorySpace::Device;
+  // AUTO chose SM90 for the tensors; cu_seqlens_q is still host memory.
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "varlen->cu_seqlens_q is host memory; the SM90 backend needs device memory");
+}
+
+// The SM90 backend cannot read the metadata without a device sync: validation must not either.
+TEST_F(Validation, Sm90DoesNotReadVarlenMetadata) {
+  as_varlen();
+  on_a_gpu();
+  with_unreadable_varlen_metadata();
+  spaces[varlen.cu_seqlens_q] = spaces[varlen.cu_seqlens_k] = spaces[varlen.seqused_k] =
+      MemorySpace::Device;
+  expect_accepted();
+  EXPECT_EQ(call.backend, HOPATTN_BACKEND_SM90);
+}
+
+// --- The SM90 rules (sm90/sm90_rules.cpp), through validation with a faked GPU ---
+
+TEST_F(Validation, Sm90RejectsBroadcastViews) {
+  on_a_gpu();
+  k.batch_stride = v.batch_stride = 0;
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                  "k.batch_stride is 0 (a broadcast view), which the SM90 backend does not "
+                  "support; pass a materialised tensor");
+  SetUp();
+  on_a_gpu();
+  q.head_stride = 0;
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED, "q.head_stride is 0 (a broadcast view)");
+}
+
+TEST_F(Validation, Sm90AcceptsZeroStridesOfSizeOneDimensions) {
+  on_a_gpu();
+  for (hopattn_tensor* t : {&q, &k, &v, &o}) {
+    t->batch = 1;
+    t->batch_stride = 0;
+  }
+  expect_accepted();
+}
+
+// Tensors too large for the slots: addresses far apart that nothing dereferences.
+void spread_far_apart(std::initializer_list<hopattn_tensor*> tensors) {
+  uintptr_t address = uintptr_t{1} << 46;
+  for (hopattn_tensor* t : tensors) {
+    t->data = reinterpret_cast<void*>(address);
+    address += uintptr_t{1} << 46;
+  }
+}
+
+TEST_F(Validation, Sm90RejectsSeqlenAbove32Bits) {
+  spread_far_apart({&q, &k, &v, &o});
+  lse = nullptr;
+  on_a_gpu();
+  for (hopattn_tensor* t : {&q, &o}) {
+    *t = contiguous(t->data, HOPATTN_DTYPE_BFLOAT16, 1, int64_t{1} << 31, 1, 64);
+  }
+  for (hopattn_tensor* t : {&k, &v}) {
+    *t = contiguous(t->data, HOPATTN_DTYPE_BFLOAT16, 1, 64, 1, 64);
+  }
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                  "q.seqlen is 2147483648; the SM90 backend needs it below 2^31");
+}
+
+TEST_F(Validation, Sm90RejectsAGridOf2To31Ctas) {
+  spread_far_apart({&q, &k, &v, &o});
+  lse = nullptr;
+  on_a_gpu();
+  // 2^16 sequences of 64 queries with 2^15 heads: 2^31 CTAs of 64 rows.
+  for (hopattn_tensor* t : {&q, &k, &v, &o}) {
+    *t = contiguous(t->data, HOPATTN_DTYPE_BFLOAT16, int64_t{1} << 16, 64, int64_t{1} << 15, 64);
+  }
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                  "ceil(q.seqlen / 64) * q.heads * q.batch is 2147483648; the SM90 backend's "
+                  "grid needs it below 2^31");
+}
+
+TEST_F(Validation, Sm90RejectsVarlenSizesAbove32Bits) {
+  // Straight to the rules: a problem with such sizes needs no memory to describe.
+  ForwardProblem p;
+  p.dtype = DType::kBFloat16;
+  p.heads_q = p.heads_kv = 1;
+  p.head_dim = 64;
+  static const int32_t metadata[4] = {};
+  p.seqlens.cu_seqlens_q = p.seqlens.cu_seqlens_k = metadata;
+  const auto reset = [&] {
+    p.seqlens.batch = 2;
+    p.seqlens.seqlen_q = p.seqlens.seqlen_k = 64;
+    p.seqlens.total_q = p.seqlens.total_k = 128;
+  };
+  struct Limit {
+    int64_t* field;
+    int64_t value;
+    const char* message;
+  };
+  const Limit limits[] = {
+      {&p.seqlens.total_q, int64_t{1} << 31, "q.seqlen is 2147483648"},
+      {&p.seqlens.total_k, int64_t{1} << 31, "k.seqlen is 2147483648"},
+      {&p.seqlens.batch, INT32_MAX, "varlen->batch + 1 is 2147483648"},
+      {&p.seqlens.seqlen_q, int64_t{1} << 31, "varlen->max_seqlen_q is 2147483648"},
+      {&p.seqlens.seqlen_k, int64_t{1} << 32, "varlen->max_seqlen_k is 4294967296"}};
+  for (const Limit& limit : limits) {
+    SCOPED_TRACE(limit.message);
+    reset();
+    EXPECT_EQ(sm90::check_forward_rules(p), Status::kOk) << last_error();
+    *limit.field = limit.value;
+    clear_error();
+    EXPECT_EQ(sm90::check_forward_rules(p), Status::kUnsupported);
+    EXPECT_NE(std::string(last_error()).find(limit.message), std::string::npos) << last_error();
+  }
+}
+
+TEST_F(Validation, Sm90ListsWhatItSupportsFromTheBuild) {
+  on_a_gpu();
+  for (hopattn_tensor* t : {&q, &k, &v, &o}) t->dtype = HOPATTN_DTYPE_FLOAT16;
+  for (hopattn_tensor* t : {&q, &k, &v, &o}) t->head_dim = t->head_stride = 32;
+  q.seq_stride = o.seq_stride = 4 * 32;
+  k.seq_stride = v.seq_stride = 2 * 32;
+  q.batch_stride = o.batch_stride = 64 * 4 * 32;
+  k.batch_stride = v.batch_stride = 80 * 2 * 32;
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                  "dtype float16 with head_dim 32 is not supported by the SM90 backend (it "
+                  "supports bfloat16 with head_dim 64/128/256; float16 with head_dim 64/128/256; "
+                  "the CPU backend supports every dtype with head_dim 1 to 512)");
 }
 
 }  // namespace

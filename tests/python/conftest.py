@@ -31,3 +31,22 @@ def random_qkv(rng, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtyp
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def cu_seqlens(lengths):
+    """int32 prefix sums 0, l0, l0 + l1, ... of a list of lengths (the varlen layout's metadata)."""
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+
+
+def hopper_skip_reason(torch):
+    """Why the CUDA tests cannot run here, or None when a Hopper GPU and an SM90 build are there."""
+    import hopattn
+
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to PyTorch"
+    capability = torch.cuda.get_device_capability()
+    if capability != (9, 0):
+        return f"CUDA device is sm_{''.join(map(str, capability))}, not Hopper"
+    if not hopattn.backend_available("sm90"):
+        return "this libhopattn build has no SM90 backend: " + hopattn.build_info()
+    return None

@@ -29,3 +29,27 @@ def attention_reference(q, k, v, causal=False, scale=None):
     with np.errstate(divide="ignore"):
         lse = np.where(row_sum > 0, row_max + np.log(row_sum), -np.inf)[..., 0]
     return o, lse
+
+
+def attention_varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None,
+                               seqused_k=None):
+    """(o, lse) in float64 for a packed variable-length batch, one sequence at a time through
+    attention_reference: o (total_q, hq, d); lse (hq, total_q). Sequence b is query rows
+    cu_seqlens_q[b]:cu_seqlens_q[b + 1] against the first seqused_k[b] (default: all) of key rows
+    cu_seqlens_k[b]:cu_seqlens_k[b + 1]."""
+    q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
+    o = np.zeros(q.shape)
+    lse = np.full((q.shape[1], q.shape[0]), -np.inf)
+    for b in range(len(cu_seqlens_q) - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        if seqused_k is not None:
+            k1 = k0 + int(seqused_k[b])
+        if q1 == q0:
+            continue
+        if k1 == k0:  # no keys: every row sees none; o stays 0 and lse -inf
+            continue
+        o_b, lse_b = attention_reference(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal,
+                                         scale)
+        o[q0:q1], lse[:, q0:q1] = o_b[0], lse_b[0]
+    return o, lse

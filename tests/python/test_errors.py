@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hopattn
-from hopattn._ctypes_api import Backend, DType, ForwardOptions, Status, Tensor
+from hopattn._ctypes_api import Backend, DType, ForwardOptions, Status, Tensor, Varlen
 from hopattn._lib import library
 
 
@@ -92,5 +92,14 @@ def test_sm90_unavailable_is_reported():
 def test_default_options_mirror_the_header():
     options = library().hopattn_default_forward_options()
     assert isinstance(options, ForwardOptions)
-    assert (options.causal, options.softmax_scale, options.backend, options.cuda_stream) == (
-        0, 0.0, Backend.AUTO, None)
+    assert options.struct_size == ctypes.sizeof(ForwardOptions)
+    assert (options.causal, options.softmax_scale, options.backend, options.cuda_stream,
+            options.workspace, options.workspace_bytes) == (0, 0.0, Backend.AUTO, None, None, 0)
+
+
+def test_default_varlen_mirrors_the_header():
+    varlen = library().hopattn_default_varlen()
+    assert isinstance(varlen, Varlen)
+    assert varlen.struct_size == ctypes.sizeof(Varlen)
+    assert (varlen.batch, varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.seqused_k,
+            varlen.max_seqlen_q, varlen.max_seqlen_k) == (0, None, None, None, 0, 0)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hopattn
-from conftest import ATOL
+from conftest import ATOL, hopper_skip_reason
 from numpy_reference import attention_reference
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed; its bindings go untested")
@@ -56,18 +56,8 @@ def test_device_mismatch_is_refused():
         hopattn.attention(q, k.numpy(), v)
 
 
-def hopper_skip_reason():
-    if not torch.cuda.is_available():
-        return "no CUDA device visible to PyTorch"
-    if torch.cuda.get_device_capability() != (9, 0):
-        return f"CUDA device is sm_{''.join(map(str, torch.cuda.get_device_capability()))}, not Hopper"
-    if not hopattn.backend_available("sm90"):
-        return "this libhopattn build has no SM90 backend: " + hopattn.build_info()
-    return None
-
-
-requires_hopper = pytest.mark.skipif(hopper_skip_reason() is not None,
-                                     reason=str(hopper_skip_reason()))
+requires_hopper = pytest.mark.skipif(hopper_skip_reason(torch) is not None,
+                                     reason=str(hopper_skip_reason(torch)))
 
 
 @requires_hopper

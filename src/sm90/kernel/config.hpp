@@ -1,5 +1,5 @@
 // Compile-time configuration of the forward kernel: tile shapes, shared-memory layouts, the two
-// WGMMA tilings and the shared-storage plan. Everything the mainloop, softmax and epilogue agree on.
+// WGMMA tilings and the pipeline. Everything the mainloop, softmax and epilogue agree on.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -49,30 +49,27 @@ struct ForwardConfig {
   using SmemAtom = conditional_t<kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
                                  GMMA::Layout_K_SW64_Atom<Element>>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutO = SmemLayoutQ;  // O is staged in Q's buffer once Q is no longer read
+  using SmemLayoutO = SmemLayoutQ;
   using SmemLayoutKV = decltype(tile_to_shape(
       SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // The same bytes as V, viewed (head_dim, keys, stage) as the B operand of P.V.
   using SmemLayoutVt = decltype(composition(
       SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
                                           Step<_2, _1, _3>{})));
+  // The epilogue stages O in V's buffer, not Q's: the next tile's Q and K then load while this
+  // tile's O is stored, and only the next tile's V waits for the store. The buffer holds either.
+  static constexpr int kVBufferElements = cute::max(cosize_v<SmemLayoutKV>, cosize_v<SmemLayoutO>);
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 
-  struct SharedStorage {
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>, 1024> q;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>, 1024> v;
-    cutlass::arch::ClusterTransactionBarrier q_full;
-    typename Pipeline::SharedStorage k_pipeline;
-    typename Pipeline::SharedStorage v_pipeline;
-  };
-  static constexpr int kSharedMemoryBytes = sizeof(SharedStorage);
-  static_assert(kSharedMemoryBytes <= 227 * 1024, "over Hopper's 227 KB of shared memory per CTA");
-
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  // Pingpong: the consumer warpgroups take turns to issue their GEMMs (named barriers), so that one
+  // warpgroup's softmax runs under the other's GEMMs. Past head_dim 128 the GEMMs are long enough
+  // to hide the softmax without it (FlashAttention-3 makes the same choice).
+  static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && kHeadDim <= 128;
 };
 
 }  // namespace hopattn::sm90

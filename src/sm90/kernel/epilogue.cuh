@@ -1,72 +1,143 @@
-// The epilogue: O converted to the output type, staged in shared memory (Q's buffer, free once every
-// consumer's last Q K^T has retired) with stmatrix, and written by one TMA store that clips the
-// rows past seqlen_q. The log-sum-exp goes straight from registers, one thread per row.
+// The forward epilogue collective: O converted to the output type and staged in shared memory (V's
+// buffer, free once every consumer's last P V has retired) with stmatrix, then stored. Fixed
+// lengths use one TMA store that clips the rows past seqlen_q; a variable-length batch stores row by
+// row instead, since a TMA store would clip only at the packed tensor's end and overwrite the next
+// sequence's rows. The log-sum-exp goes straight from registers, one thread per row. Its shared
+// storage is the mainloop's V buffer, so it owns parameters only.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "sm90/kernel/params.hpp"
-#include "sm90/kernel/scheduler.hpp"
+#include "core/problem.hpp"
+#include "sm90/kernel/named_barriers.hpp"
+#include "sm90/kernel/tile_scheduler.cuh"
+#include "sm90/kernel/tma.hpp"
 #include "sm90/kernel/wgmma.hpp"
 
 namespace hopattn::sm90 {
 
 using namespace cute;
 
-// Ids of our named barriers; cutlass::arch::NamedBarrier adds the offset past CUTLASS's reserved ones.
-enum class NamedBarrier : uint32_t { kOutputStaged = 2, kQueryTileFree = 3 };
-
 template <class Config>
-struct Epilogue {
+struct ForwardEpilogue {
   using Element = typename Config::Element;
-  using Params = ForwardParams<Config>;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
+  // 16-byte chunks of a row: a swizzle permutes whole chunks, so each is contiguous in shared memory.
+  static constexpr int kChunk = 16 / sizeof(Element);
+  static constexpr int kChunksPerRow = kHeadDim / kChunk;
 
+  using TmaO = TmaStore<Element, typename Config::SmemLayoutO, Shape<Int<kBlockM>, Int<kHeadDim>>>;
+
+  struct Params {
+    GmemShape shape_o;
+    typename TmaO::Copy tma_store_o;
+    Element* o;
+    Strides o_stride;
+    float* lse;  // lse_index() addresses it, or null
+    SeqlenLayout seqlens;
+    int heads_q;
+  };
+
+  static Params to_params(ForwardProblem const& p) {
+    Params params;
+    params.shape_o = GmemShape{int32_t(p.seqlens.total_q), int32_t(p.head_dim), int32_t(p.heads_q),
+                               p.seqlens.varlen() ? 1 : int32_t(p.seqlens.batch)};
+    params.tma_store_o = TmaO::make(static_cast<Element*>(p.o), params.shape_o, p.o_stride);
+    params.o = static_cast<Element*>(p.o);
+    params.o_stride = p.o_stride;
+    params.lse = p.lse;
+    params.seqlens = p.seqlens;
+    params.heads_q = int(p.heads_q);
+    return params;
+  }
+
+  __device__ static void prefetch_descriptors(Params const& params) {
+    prefetch_tma_descriptor(params.tma_store_o.get_tma_descriptor());
+  }
+
+  // Signals `output_drained` (kNumMmaThreads arrivals) once shared memory may be overwritten.
   template <class TensorO, class RowStats>
-  __device__ static void store(Params const& params, typename Config::SharedStorage& shared,
-                               TileCoord const& tile, int thread_idx, TensorO const& output,
+  __device__ static void store(Params const& params, Element* smem_o,
+                               cutlass::arch::ClusterBarrier& output_drained, TileCoord const& tile,
+                               Sequence const& seq, int thread_idx, TensorO const& output,
                                RowStats const& lse) {
     typename Config::TiledMmaPV mma_pv;
-    Tensor sO = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutO{});
+    Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Config::SmemLayoutO{});
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
     auto thread_copy = smem_copy.get_thread_slice(thread_idx);
     Tensor converted = convert_fragment<Element>(output);
     Tensor tOrO = thread_copy.retile_S(converted);
     Tensor tOsO = thread_copy.partition_D(sO);
 
-    cutlass::arch::NamedBarrier::sync(Config::kNumMmaThreads, uint32_t(NamedBarrier::kQueryTileFree));
+    barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputBufferFree);
     copy(smem_copy, tOrO, tOsO);
     // The TMA engine reads shared memory through the async proxy: publish the stores to it.
     cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::sync(Config::kNumMmaThreads, uint32_t(NamedBarrier::kOutputStaged));
+    barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputStaged);
 
-    if (thread_idx == 0) {
-      Tensor mO = params.tma_store_o.get_tma_tensor(params.shape_q);
-      Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                             make_coord(tile.m_block, _0{}));
-      auto [tOgO_tma, tOsO_tma] = tma_partition(params.tma_store_o, _0{}, Layout<_1>{},
-                                                group_modes<0, 2>(sO), group_modes<0, 2>(gO));
-      copy(params.tma_store_o, tOsO_tma, tOgO_tma);
-      tma_store_arrive();
-    }
-
-    if (params.lse != nullptr) {
-      typename Config::TiledMmaQK mma_qk;  // same row ownership as the P V accumulator
-      Tensor rows = mma_qk.get_thread_slice(thread_idx).partition_C(
-          make_identity_tensor(Shape<Int<kBlockM>, Int<Config::kBlockN>>{}));
-      Tensor rows_cols = make_tensor(rows.data(), accumulator_rows_cols(rows.layout()));
-      if (thread_idx % 4 == 0) {  // the quad's first thread holds column 0 of its rows
-        float* lse_rows = params.lse + (int64_t(tile.batch) * params.heads_q + tile.head) * params.seqlen_q;
-        CUTE_UNROLL
-        for (int r = 0; r < size(lse); ++r) {
-          const int row = tile.m_block * kBlockM + get<0>(rows_cols(r, 0));
-          if (row < params.seqlen_q) lse_rows[row] = lse(r);
-        }
+    const int first_row = tile.m_block * kBlockM;
+    const int rows = min(kBlockM, int(seq.seqlen_q) - first_row);
+    if (!params.seqlens.varlen()) {
+      if (thread_idx == 0) {
+        Tensor mO = params.tma_store_o.get_tma_tensor(params.shape_o);
+        Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                               make_coord(tile.m_block, _0{}));
+        auto [tOgO_tma, tOsO_tma] = tma_partition(params.tma_store_o, _0{}, Layout<_1>{},
+                                                  group_modes<0, 2>(sO), group_modes<0, 2>(gO));
+        copy(params.tma_store_o, tOsO_tma, tOgO_tma);
+        tma_store_arrive();
+        tma_store_wait<0>();  // shared memory read: the next tile's V may overwrite it
+      }
+    } else {
+      for (int chunk = thread_idx; chunk < rows * kChunksPerRow; chunk += kNumMmaThreads) {
+        const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * kChunk;
+        const uint4 value = *reinterpret_cast<uint4 const*>(&sO(row, column));
+        const int64_t offset =
+            row_offset(params.o_stride, seq.tensor_batch, seq.q_begin + first_row + row, tile.head);
+        *reinterpret_cast<uint4*>(params.o + offset + column) = value;
       }
     }
-    if (thread_idx == 0) tma_store_wait<0>();
+    output_drained.arrive();
+
+    if (params.lse != nullptr) store_lse(params, tile, seq, thread_idx, lse);
+  }
+
+  // A tile whose rows see no key: O = 0 and LSE = -inf, written from registers (shared memory and
+  // the pipelines are not involved, so the producer skips such tiles).
+  __device__ static void store_empty(Params const& params, TileCoord const& tile, Sequence const& seq,
+                                     int thread_idx) {
+    const int first_row = tile.m_block * kBlockM;
+    const int rows = min(kBlockM, int(seq.seqlen_q) - first_row);
+    for (int chunk = thread_idx; chunk < rows * kChunksPerRow; chunk += kNumMmaThreads) {
+      const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * kChunk;
+      const int64_t offset =
+          row_offset(params.o_stride, seq.tensor_batch, seq.q_begin + first_row + row, tile.head);
+      *reinterpret_cast<uint4*>(params.o + offset + column) = make_uint4(0, 0, 0, 0);
+    }
+    if (params.lse != nullptr) {
+      for (int row = thread_idx; row < rows; row += kNumMmaThreads) {
+        params.lse[lse_index(params.seqlens, seq, params.heads_q, tile.head, first_row + row)] = -INFINITY;
+      }
+    }
+  }
+
+ private:
+  template <class RowStats>
+  __device__ static void store_lse(Params const& params, TileCoord const& tile, Sequence const& seq,
+                                   int thread_idx, RowStats const& lse) {
+    typename Config::TiledMmaQK mma_qk;  // same row ownership as the P V accumulator
+    Tensor rows = mma_qk.get_thread_slice(thread_idx).partition_C(
+        make_identity_tensor(Shape<Int<kBlockM>, Int<Config::kBlockN>>{}));
+    Tensor rows_cols = make_tensor(rows.data(), accumulator_rows_cols(rows.layout()));
+    if (thread_idx % 4 != 0) return;  // the quad's first thread holds column 0 of its rows
+    CUTE_UNROLL
+    for (int r = 0; r < size(lse); ++r) {
+      const int row = tile.m_block * kBlockM + get<0>(rows_cols(r, 0));
+      if (row < seq.seqlen_q) params.lse[lse_index(params.seqlens, seq, params.heads_q, tile.head, row)] = lse(r);
+    }
   }
 };
 

@@ -1,5 +1,7 @@
-// The forward kernel: one CTA per (query block, head, batch) tile, warp-specialised into a TMA
-// producer warpgroup and kNumConsumerWarpgroups WGMMA consumer warpgroups.
+// The forward kernel, composed from a mainloop, an epilogue and a tile scheduler, each owning its
+// parameters (and, for the mainloop, the shared storage the epilogue reuses). Persistent: one CTA
+// per SM walks its share of the tiles. Warp-specialised: one producer warp (of a warpgroup that
+// gives most of its registers away) loads, kNumConsumerWarpgroups WGMMA warpgroups compute.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -7,65 +9,113 @@
 #include <cutlass/cutlass.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
-#include "sm90/kernel/epilogue.cuh"
-#include "sm90/kernel/mainloop.cuh"
+#include "core/seqlen.hpp"
+#include "sm90/kernel/softmax.cuh"
+#include "sm90/kernel/tile_scheduler.cuh"
+#include "sm90/kernel/wgmma.hpp"
 
 namespace hopattn::sm90 {
 
-template <class Config, bool kCausal>
-__global__ void __launch_bounds__(Config::kNumThreads, 1)
-    forward_kernel(CUTE_GRID_CONSTANT ForwardParams<Config> const params) {
-  using Mainloop = Mainloop<Config, kCausal>;
+template <class Mainloop, class Epilogue, class Scheduler>
+struct ForwardKernel {
+  using Config = typename Mainloop::Config;
+  using SharedStorage = typename Mainloop::SharedStorage;
   using Pipeline = typename Config::Pipeline;
-  extern __shared__ __align__(1024) char shared_memory[];
-  auto& shared = *reinterpret_cast<typename Config::SharedStorage*>(shared_memory);
+  static constexpr int kNumThreads = Config::kNumThreads;
+  static constexpr int kSharedMemoryBytes = sizeof(SharedStorage);
+  static_assert(kSharedMemoryBytes <= 227 * 1024, "over Hopper's 227 KB of shared memory per CTA");
 
-  const int warpgroup = cutlass::canonical_warp_group_idx();
-  const bool is_producer = warpgroup == 0;
-  const TileCoord tile = LinearTileScheduler<kCausal>::tile(params.num_m_blocks, params.heads_q);
-  const typename Mainloop::Mask mask{params.seqlen_q, params.seqlen_k};
-  const int key_block_end = mask.key_block_end(tile.m_block);
+  struct Params {
+    typename Mainloop::Params mainloop;
+    typename Epilogue::Params epilogue;
+    typename Scheduler::Params scheduler;
+  };
 
-  if (threadIdx.x == 0) {
-    prefetch_tma_descriptor(params.tma_load_q.get_tma_descriptor());
-    prefetch_tma_descriptor(params.tma_load_k.get_tma_descriptor());
-    prefetch_tma_descriptor(params.tma_load_v.get_tma_descriptor());
-    prefetch_tma_descriptor(params.tma_store_o.get_tma_descriptor());
-    shared.q_full.init(1);
-  }
-  typename Pipeline::Params pipeline_params;
-  pipeline_params.transaction_bytes = Config::kKVTileBytes;
-  pipeline_params.role = is_producer ? Pipeline::ThreadCategory::Producer
-                                     : Pipeline::ThreadCategory::Consumer;
-  pipeline_params.is_leader = threadIdx.x == 0;
-  pipeline_params.num_consumers = Config::kNumMmaThreads;
-  Pipeline k_pipeline(shared.k_pipeline, pipeline_params, Shape<_1, _1, _1>{});
-  Pipeline v_pipeline(shared.v_pipeline, pipeline_params, Shape<_1, _1, _1>{});
-  __syncthreads();  // barrier initialisation is visible to every role
+  // The rows and key blocks of one tile. A tile past its sequence's end (variable-length batches
+  // size the grid by the longest sequence) has no rows and is skipped by every role alike.
+  struct TileWork {
+    TileCoord coord;
+    Sequence seq;
+    typename Mainloop::Mask mask;
+    int key_block_end;
 
-  if (is_producer) {
-    cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
-    if (threadIdx.x == 0 && key_block_end > 0) {
+    __device__ TileWork(Params const& params, int tile) {
+      coord = Scheduler::coord(params.scheduler, tile);
+      seq = sequence_of(params.mainloop.seqlens, coord.batch);
+      mask = {int(seq.seqlen_q), int(seq.seqlen_k)};
+      key_block_end = has_rows() ? mask.key_block_end(coord.m_block) : 0;
+    }
+    __device__ bool has_rows() const { return coord.m_block * Config::kBlockM < seq.seqlen_q; }
+  };
+
+  __device__ void operator()(Params const& params, char* shared_memory) {
+    auto& shared = *reinterpret_cast<SharedStorage*>(shared_memory);
+    const int warpgroup = cutlass::canonical_warp_group_idx();
+    const bool is_producer = warpgroup == 0;
+
+    if (threadIdx.x == 0) {
+      Mainloop::prefetch_descriptors(params.mainloop);
+      Epilogue::prefetch_descriptors(params.epilogue);
+      shared.q_full.init(1);
+      shared.output_drained.init(Config::kNumMmaThreads);
+    }
+    typename Pipeline::Params pipeline_params;
+    pipeline_params.transaction_bytes = Config::kKVTileBytes;
+    pipeline_params.role = is_producer ? Pipeline::ThreadCategory::Producer
+                                       : Pipeline::ThreadCategory::Consumer;
+    pipeline_params.is_leader = threadIdx.x == 0;
+    pipeline_params.num_consumers = Config::kNumMmaThreads;
+    Pipeline k_pipeline(shared.k_pipeline, pipeline_params, Shape<_1, _1, _1>{});
+    Pipeline v_pipeline(shared.v_pipeline, pipeline_params, Shape<_1, _1, _1>{});
+    __syncthreads();  // barrier initialisation is visible to every role
+
+    const int first_tile = int(blockIdx.x), tile_stride = int(gridDim.x);
+    const int total_tiles = params.scheduler.total_tiles;
+    if (is_producer) {
+      cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
+      if (threadIdx.x / 32 != 0) return;  // one warp loads; the named barriers count it
       auto write_state = cutlass::make_producer_start_state<Pipeline>();
-      Mainloop::load(params, shared, k_pipeline, v_pipeline, write_state, tile, key_block_end);
-    }
-  } else {
-    cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
-    const int thread_idx = int(threadIdx.x) - 128;
-    typename Config::TiledMmaPV mma_pv;
-    Tensor output = partition_fragment_C(mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
-    constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
-    RowVector<kRows> lse;
-    if (key_block_end > 0) {
+      const bool leader = threadIdx.x == 0;
+      int work_idx = 0;
+      for (int tile = first_tile; tile < total_tiles; tile += tile_stride) {
+        const TileWork work(params, tile);
+        if (work.key_block_end == 0) continue;  // nothing to load (see the consumers' branch)
+        Mainloop::load(params.mainloop, shared, k_pipeline, v_pipeline, write_state, work.coord,
+                       work.seq, work.key_block_end, work_idx, leader);
+        ++work_idx;
+      }
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
+      const int thread_idx = int(threadIdx.x) - 128;
       typename Config::PipelineState read_state;
-      Mainloop::compute(params, shared, k_pipeline, v_pipeline, read_state, tile, mask,
-                        key_block_end, thread_idx, output, lse);
-    } else {  // every row of this block sees no key: O = 0, LSE = -inf
-      clear(output);
-      fill(lse, -INFINITY);
+      Mainloop::consumer_init();
+      int work_idx = 0;
+      for (int tile = first_tile; tile < total_tiles; tile += tile_stride) {
+        const TileWork work(params, tile);
+        if (!work.has_rows()) continue;
+        if (work.key_block_end == 0) {  // every row of this tile sees no key: O = 0, LSE = -inf
+          Epilogue::store_empty(params.epilogue, work.coord, work.seq, thread_idx);
+          continue;
+        }
+        typename Config::TiledMmaPV mma_pv;
+        Tensor output = partition_fragment_C(mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
+        constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
+        RowVector<kRows> lse;
+        Mainloop::mma(params.mainloop, shared, k_pipeline, v_pipeline, read_state, work.coord, work.mask,
+                      work.key_block_end, work_idx, thread_idx, output, lse);
+        Epilogue::store(params.epilogue, shared.v.data(), shared.output_drained, work.coord, work.seq,
+                        thread_idx, output, lse);
+        ++work_idx;
+      }
     }
-    Epilogue<Config>::store(params, shared, tile, thread_idx, output, lse);
   }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kNumThreads, 1)
+    device_kernel(CUTE_GRID_CONSTANT typename Kernel::Params const params) {
+  extern __shared__ __align__(1024) char shared_memory[];
+  Kernel{}(params, shared_memory);
 }
 
 }  // namespace hopattn::sm90

@@ -1,0 +1,83 @@
+"""What the benchmark scripts share: loading FlashAttention-3, the report header, host overhead,
+the per-case rotation of implementations, and ratio summaries.
+
+FlashAttention-3 is a peer built from source outside this repository (hopper/ of
+Dao-AILab/flash-attention); the caller puts its directory on PYTHONPATH or names it in
+HOPATTN_FA3_PATH. When it cannot be imported the report says why and carries no FA3 figure.
+"""
+import importlib
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+FA3_PATH_ENV = "HOPATTN_FA3_PATH"
+
+
+def load_fa3(path=None):
+    """(flash_attn_interface module or None, the report's "fa3" entry)."""
+    path = path or os.environ.get(FA3_PATH_ENV)
+    if path:
+        sys.path.insert(0, str(Path(path).resolve()))
+    try:
+        module = importlib.import_module("flash_attn_interface")
+    except Exception as error:  # ImportError, or a missing symbol in a stale build
+        return None, dict(available=False, path=path,
+                          reason=f"{type(error).__name__}: {error}"[:300])
+    info = dict(available=True, path=path, module=getattr(module, "__file__", None))
+    try:  # setup.py writes the compiled-out features beside the interface
+        config = importlib.import_module("flash_attn_config").CONFIG["build_flags"]
+        info["disabled"] = sorted(name.split("DISABLE_")[-1] for name, on in config.items()
+                                  if on and "DISABLE_" in name)
+    except Exception:
+        info["disabled"] = "unknown (no flash_attn_config)"
+    return module, info
+
+
+def first_output(result):
+    """FA3 returns out, or (out, lse, ...) depending on its version and return_attn_probs."""
+    return result[0] if isinstance(result, (tuple, list)) else result
+
+
+def rotated(names, index):
+    """The implementations in the order case `index` runs them: clocks drift under sustained load,
+    so no implementation should always run first (cool) or last (hot)."""
+    names = list(names)
+    shift = index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def host_us(call, sync, calls=200, rounds=5, warmup=20):
+    """Wall-clock microseconds per call of a problem so small that the launch path dominates:
+    `calls` calls back to back with one sync at the end, median of `rounds` rounds."""
+    for _ in range(warmup):
+        call()
+    sync()
+    per_round = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        sync()
+        per_round.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(per_round)
+
+
+def spread(values):
+    """min / median / max of the ratios that exist (None where none do)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return dict(min=min(values), median=statistics.median(values), max=max(values), n=len(values))
+
+
+def report_header(torch, hopattn, commit, timing):
+    """The fields every benchmark JSON starts with."""
+    return dict(
+        gpu=torch.cuda.get_device_name(), commit=commit,
+        command=" ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+        date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        torch=torch.__version__, cudnn=torch.backends.cudnn.version(), host=platform.node(),
+        hopattn_build=hopattn.build_info(), timing=timing)

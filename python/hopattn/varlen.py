@@ -1,0 +1,74 @@
+"""hopattn.attention_varlen: variable-length batches packed FlashAttention-style, for NumPy
+arrays and PyTorch tensors.
+
+Python checks what only it can see (the lengths of the metadata arrays, their dtype and memory
+space); the library checks the rest and, on the CPU backend, the prefix sums themselves.
+"""
+
+import ctypes
+
+from ._ctypes_api import default_varlen
+from ._errors import raise_on_error
+from ._frontend import PACKED_K, PACKED_Q, as_int, frontend_for
+from ._lib import library
+
+__all__ = ["attention_varlen"]
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     causal=False, scale=None, return_lse=False, seqused_k=None):
+    """softmax(q k^T * scale) v for a batch of sequences of different lengths, forward only.
+
+    q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim), heads_q a multiple of
+    heads_kv (GQA/MQA): the sequences' rows packed one after the other.
+    cu_seqlens_q, cu_seqlens_k: int32, 1-D, batch + 1 prefix sums 0, ..., total; sequence b owns
+        query rows cu_seqlens_q[b]:cu_seqlens_q[b + 1] and key rows
+        cu_seqlens_k[b]:cu_seqlens_k[b + 1]. Zero-length sequences are allowed. Same kind and
+        device as q: NumPy arrays for NumPy inputs, torch tensors on q's device for torch.
+    max_seqlen_q, max_seqlen_k: ints >= every query / key length (on CUDA they size the grid;
+        they are not checked against cu_seqlens there, which would need a device sync).
+    seqused_k: None, or int32 1-D of batch entries: sequence b attends only to the first
+        seqused_k[b] of its keys.
+
+    causal: per sequence, query i sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right
+        aligned); a row that sees no key gets zeros and LSE = -inf.
+    scale: multiplies q k^T; None means 1/sqrt(head_dim).
+    return_lse: also return the float32 log-sum-exp of each score row, (heads_q, total_q).
+
+    Backends, strides and errors as hopattn.attention. On CUDA, metadata that contradicts
+    the tensors gives wrong results for the sequences it describes, never an access outside them.
+    Returns o (total_q, heads_q, head_dim, q's dtype and device), or (o, lse).
+    """
+    fe = frontend_for(q)
+    (q, tq), (k, tk), (v, tv) = (fe.input(n, x, layout) for n, x, layout in (
+        ("q", q, PACKED_Q), ("k", k, PACKED_K), ("v", v, PACKED_K)))
+    cu_q, cu_q_ptr = fe.int32_vector("cu_seqlens_q", cu_seqlens_q)
+    cu_k, cu_k_ptr = fe.int32_vector("cu_seqlens_k", cu_seqlens_k)
+    if len(cu_q) == 0:
+        raise ValueError("cu_seqlens_q: empty; it must hold batch + 1 prefix sums, starting with 0")
+    if len(cu_k) != len(cu_q):
+        raise ValueError(f"cu_seqlens_k: {len(cu_k)} entries but cu_seqlens_q has {len(cu_q)}; "
+                         "both hold batch + 1 prefix sums")
+    batch = len(cu_q) - 1
+    varlen = default_varlen(library())
+    varlen.batch = batch
+    varlen.cu_seqlens_q, varlen.cu_seqlens_k = cu_q_ptr, cu_k_ptr
+    varlen.max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)
+    varlen.max_seqlen_k = as_int("max_seqlen_k", max_seqlen_k)
+    used_k = None
+    if seqused_k is not None:
+        used_k, varlen.seqused_k = fe.int32_vector("seqused_k", seqused_k)
+        if len(used_k) != batch:
+            raise ValueError(f"seqused_k: {len(used_k)} entries, but cu_seqlens_q describes "
+                             f"{batch} sequences; it must hold one count per sequence")
+
+    out = fe.empty(q.shape, like=q)
+    lse = fe.empty_float32((tq.heads, tq.seqlen)) if return_lse else None
+    to = fe.tensor("o", out, PACKED_Q)
+    with fe.options(causal, scale) as options:
+        status = library().hopattn_forward_varlen(
+            ctypes.byref(tq), ctypes.byref(tk), ctypes.byref(tv), ctypes.byref(to),
+            None if lse is None else fe.address(lse), ctypes.byref(varlen),
+            ctypes.byref(options))
+    raise_on_error(status)
+    return (out, lse) if return_lse else out

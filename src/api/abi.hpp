@@ -1,0 +1,27 @@
+// The boundary between the C ABI's types and the library's own (core/types.hpp): api/ is the only
+// layer that sees hopattn.h, and it converts here. The values are the same by construction,
+// checked below, so a conversion is a cast.
+#pragma once
+
+#include "core/types.hpp"
+#include "hopattn/hopattn.h"
+
+namespace hopattn {
+
+static_assert(static_cast<int>(DType::kFloat32) == HOPATTN_DTYPE_FLOAT32);
+static_assert(static_cast<int>(DType::kBFloat16) == HOPATTN_DTYPE_BFLOAT16);
+static_assert(static_cast<int>(DType::kFloat16) == HOPATTN_DTYPE_FLOAT16);
+
+static_assert(static_cast<int>(Status::kOk) == HOPATTN_OK);
+static_assert(static_cast<int>(Status::kInvalidArgument) == HOPATTN_ERROR_INVALID_ARGUMENT);
+static_assert(static_cast<int>(Status::kUnsupported) == HOPATTN_ERROR_UNSUPPORTED);
+static_assert(static_cast<int>(Status::kBackendUnavailable) == HOPATTN_ERROR_BACKEND_UNAVAILABLE);
+static_assert(static_cast<int>(Status::kCuda) == HOPATTN_ERROR_CUDA);
+static_assert(static_cast<int>(Status::kInternal) == HOPATTN_ERROR_INTERNAL);
+
+// Only for a dtype that is_valid_dtype() accepted.
+inline DType dtype_of(hopattn_dtype dtype) { return static_cast<DType>(dtype); }
+inline hopattn_dtype c_dtype(DType dtype) { return static_cast<hopattn_dtype>(dtype); }
+inline hopattn_status c_status(Status status) { return static_cast<hopattn_status>(status); }
+
+}  // namespace hopattn

@@ -1,0 +1,29 @@
+// From the C arguments of a forward call to the ForwardProblem the backends read: the one place
+// that maps hopattn_tensor / hopattn_varlen / hopattn_forward_options onto core/ and resolves the
+// default softmax scale. It checks nothing: the API validates first (validate.hpp); the tests and
+// tools build their own well-formed calls. Compiled into the library and, for them, into the
+// hopattn_reference library.
+#pragma once
+
+#include <cstdint>
+
+#include "core/problem.hpp"
+#include "hopattn/hopattn.h"
+
+namespace hopattn {
+
+// The scale of a call: `requested`, or 1/sqrt(head_dim) for the sentinel 0.
+float resolved_softmax_scale(float requested, int64_t head_dim);
+
+// hopattn_forward(q, k, v, o, lse, &options). `options` is complete (struct_size is not read).
+ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_tensor& v,
+                          const hopattn_tensor& o, float* lse,
+                          const hopattn_forward_options& options);
+
+// hopattn_forward_varlen(q, k, v, o, lse, &varlen, &options): tensor batch 1, the sequences as
+// varlen describes them.
+ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_tensor& v,
+                          const hopattn_tensor& o, float* lse, const hopattn_varlen& varlen,
+                          const hopattn_forward_options& options);
+
+}  // namespace hopattn

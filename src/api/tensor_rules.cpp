@@ -1,0 +1,127 @@
+#include "api/tensor_rules.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "api/abi.hpp"
+#include "core/dtype.hpp"
+
+namespace hopattn {
+
+bool end_in_bytes(const hopattn_tensor& t, int64_t& bytes) {
+  int64_t offset = t.head_dim - 1;
+  const int64_t sizes[] = {t.batch, t.seqlen, t.heads};
+  const int64_t strides[] = {t.batch_stride, t.seq_stride, t.head_stride};
+  for (int i = 0; i < 3; ++i) {
+    int64_t term = 0;
+    if (__builtin_mul_overflow(sizes[i] - 1, strides[i], &term) ||
+        __builtin_add_overflow(offset, term, &offset)) {
+      return false;
+    }
+  }
+  return !__builtin_mul_overflow(offset + 1, element_size(dtype_of(t.dtype)), &bytes);
+}
+
+bool runs_past_address_space(const void* data, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(data) > UINTPTR_MAX - static_cast<uint64_t>(bytes);
+}
+
+std::string shape_of(const hopattn_tensor& t) {
+  std::ostringstream s;
+  s << "(" << t.batch << ", " << t.seqlen << ", " << t.heads << ", " << t.head_dim << ")";
+  return s.str();
+}
+
+Status check_tensor(const NamedTensor& named) {
+  const char* name = named.name;
+  if (named.tensor == nullptr) return invalid(name, " is NULL");
+  const hopattn_tensor& t = *named.tensor;
+  if (t.data == nullptr) return invalid(name, ".data is NULL");
+  if (!is_valid_dtype(t.dtype)) {
+    return invalid(name, ".dtype is ", static_cast<int>(t.dtype),
+                   "; allowed: 0 (float32), 1 (bfloat16), 2 (float16)");
+  }
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"batch", t.batch}, {"seqlen", t.seqlen}, {"heads", t.heads}, {"head_dim", t.head_dim}};
+  for (const auto& [field, size] : sizes) {
+    if (size <= 0) return invalid(name, ".", field, " is ", size, "; it must be > 0");
+  }
+  const std::pair<const char*, int64_t> strides[] = {{"batch_stride", t.batch_stride},
+                                                     {"seq_stride", t.seq_stride},
+                                                     {"head_stride", t.head_stride}};
+  for (const auto& [field, stride] : strides) {
+    if (stride < 0) return invalid(name, ".", field, " is ", stride, "; strides must be >= 0");
+  }
+  int64_t bytes = 0;
+  if (!end_in_bytes(t, bytes)) {
+    return invalid(name,
+                   ": the offset of its last element, or its extent in bytes, overflows "
+                   "int64; check its sizes and strides");
+  }
+  if (runs_past_address_space(t.data, bytes)) {
+    return invalid(name, ": its ", bytes, " bytes from ", name,
+                   ".data run past the end of the address space");
+  }
+  return Status::kOk;
+}
+
+// A sufficient test: ordered by stride, each dimension must step past everything the dimensions
+// with smaller strides span.
+Status check_output_does_not_overlap(const NamedTensor& named) {
+  const hopattn_tensor& o = *named.tensor;
+  const std::string name = named.name;
+  struct Dimension {
+    std::string stride_name;
+    int64_t size, stride;
+  };
+  Dimension dims[] = {{"the head_dim stride", o.head_dim, 1},
+                      {name + ".head_stride", o.heads, o.head_stride},
+                      {name + ".seq_stride", o.seqlen, o.seq_stride},
+                      {name + ".batch_stride", o.batch, o.batch_stride}};
+  std::stable_sort(std::begin(dims), std::end(dims),
+                   [](const Dimension& a, const Dimension& b) { return a.stride < b.stride; });
+  int64_t span = 0;  // the largest offset the dimensions handled so far reach
+  for (const Dimension& dim : dims) {
+    if (dim.size == 1) continue;
+    if (dim.stride <= span) {
+      return invalid(name, ": ", dim.stride_name, " is ", dim.stride, " but must exceed ", span,
+                     ", the span of the dimensions with smaller strides; otherwise two output "
+                     "elements share an address");
+    }
+    span += (dim.size - 1) * dim.stride;  // no overflow: check_tensor bounded the whole sum
+  }
+  return Status::kOk;
+}
+
+ByteRange byte_range_of(const NamedTensor& named) {
+  int64_t bytes = 0;
+  end_in_bytes(*named.tensor, bytes);  // fits: check_tensor has checked it
+  const auto begin = reinterpret_cast<uintptr_t>(named.tensor->data);
+  return ByteRange{named.name, begin, begin + static_cast<uint64_t>(bytes)};
+}
+
+Status check_outputs_do_not_overlap(const std::vector<ByteRange>& inputs,
+                                    const std::vector<ByteRange>& outputs) {
+  const auto overlaps = [](const ByteRange& a, const ByteRange& b) {
+    return a.begin < b.end && b.begin < a.end;
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const ByteRange& output = outputs[i];
+    for (const ByteRange& input : inputs) {
+      if (overlaps(output, input)) {
+        return invalid(output.name, " shares memory with ", input.name,
+                       "; outputs must not overlap the inputs (in-place attention is not "
+                       "supported)");
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (overlaps(output, outputs[j])) {
+        return invalid(output.name, " shares memory with ", outputs[j].name,
+                       "; each output must be a buffer of its own");
+      }
+    }
+  }
+  return Status::kOk;
+}
+
+}  // namespace hopattn

@@ -1,0 +1,62 @@
+// The rules every tensor argument of every operation obeys, whatever the operation: not null, a
+// known dtype, positive sizes, non-negative strides, an extent that fits in int64 and in the
+// address space; outputs whose elements do not share addresses and that share no memory with the
+// inputs. Per-operation rules (shapes that agree, lse, options) live beside the operation
+// (validate_forward.cpp); backend choice in backend_choice.hpp. None of them touches tensor memory.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "hopattn/hopattn.h"
+
+namespace hopattn {
+
+struct NamedTensor {
+  const hopattn_tensor* tensor;
+  const char* name;  // the C argument: "q", "k", ...
+};
+
+// set_error with a message built from `pieces`; returns `status`.
+template <class... Pieces>
+Status fail(Status status, const Pieces&... pieces) {
+  std::ostringstream message;
+  (message << ... << pieces);
+  return set_error(status, message.str());
+}
+
+template <class... Pieces>
+Status invalid(const Pieces&... pieces) {
+  return fail(Status::kInvalidArgument, pieces...);
+}
+
+// The byte offset one past the last element; false when it does not fit in int64.
+bool end_in_bytes(const hopattn_tensor& t, int64_t& bytes);
+bool runs_past_address_space(const void* data, int64_t bytes);
+std::string shape_of(const hopattn_tensor& t);
+
+// Null, dtype, sizes, strides, int64 overflow of the extent, the end of the address space.
+Status check_tensor(const NamedTensor& named);
+
+// Two elements of an output at one address would be a write race (inputs may broadcast).
+Status check_output_does_not_overlap(const NamedTensor& named);
+
+// [begin, end) in bytes of one argument, for the overlap rule.
+struct ByteRange {
+  const char* name;
+  uintptr_t begin, end;
+};
+// A tensor that passed check_tensor.
+ByteRange byte_range_of(const NamedTensor& named);
+
+// The backends read the inputs while other threads (CTAs) already write the outputs, so an
+// output sharing memory with an input, as in-place attention would, reads partly overwritten
+// data; two outputs sharing memory race. Compares byte ranges, so it also refuses an output
+// interleaved with inputs in one buffer.
+Status check_outputs_do_not_overlap(const std::vector<ByteRange>& inputs,
+                                    const std::vector<ByteRange>& outputs);
+
+}  // namespace hopattn
