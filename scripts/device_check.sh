@@ -5,6 +5,7 @@
 # by the 10-minute limit continues in the next call. Logs go to $OUT/logs.tar.gz, the benchmark
 # JSON and PNG beside it; the last lines printed are the summary tables.
 #   usage: scripts/device_check.sh [quick|tests|bench|all]   (carry .deps and .peers)
+#     all: tests, then bench, in one call (fits the 10-minute limit on a fresh machine)
 #     quick: the representative kernel only, its GPU tests (a first check of a new kernel)
 #     tests: every kernel, ptxas/SASS, every test, compute-sanitizer
 #     bench: FlashAttention-3 build, forward sweep and varlen benchmark
@@ -42,7 +43,8 @@ gpu_tests() {  # $1: build folder, $2: gtest filter
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED  \]" "$LOGS/gpu_tests.log" | head -40
 }
 
-case $mode in
+run_mode() {
+case $1 in
 quick)
   build build-quick representative
   gpu_tests build-quick '*bf16_d128*:Sm90VarlenMetadata.*:Sm90Backend.*'
@@ -88,6 +90,14 @@ bench)
   timeout 150 python3 bench/bench_varlen.py --json "$LOGS/varlen_h200.json" --plot "$LOGS/varlen_h200.png" \
     2>"$LOGS/varlen_progress.log" | tee "$LOGS/varlen_table.txt" || status=1
   ;;
-*) echo "unknown mode $mode (allowed: quick tests bench)" >&2; exit 2 ;;
+*) echo "unknown mode $1 (allowed: quick tests bench all)" >&2; exit 2 ;;
 esac
+}
+
+if [[ $mode == all ]]; then
+  run_mode tests
+  run_mode bench
+else
+  run_mode "$mode"
+fi
 exit $status

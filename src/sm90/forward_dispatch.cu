@@ -103,8 +103,11 @@ bool device_available() {
   return major == 9 && minor == 0;
 }
 
-// The static persistent scheduler needs no scratch memory.
-size_t forward_workspace_size(const ForwardProblem&) { return 0; }
+// Rounded up to the 256-byte alignment the API asks of a caller's workspace.
+size_t forward_workspace_size(const ForwardProblem& problem) {
+  const size_t bytes = forward_kernel_workspace_bytes(problem);
+  return (bytes + 255) / 256 * 256;
+}
 
 Status forward(ForwardProblem const& problem) {
   if (Status status = check_device(problem); status != Status::kOk) return status;
@@ -114,7 +117,19 @@ Status forward(ForwardProblem const& problem) {
                                                std::to_string(problem.head_dim) +
                                                " is not in this build's sm90 kernels (" + supported_list() + ")");
   }
-  return kernel->launch(problem);
+  const size_t workspace_bytes = forward_workspace_size(problem);
+  if (workspace_bytes == 0 || problem.workspace != nullptr) return kernel->launch(problem, problem.workspace);
+
+  // No workspace from the caller: stream-ordered memory from the device's pool, freed behind the
+  // kernel on the same stream, so the call stays asynchronous.
+  auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
+  void* workspace = nullptr;
+  cudaError_t error = cudaMallocAsync(&workspace, workspace_bytes, stream);
+  if (error != cudaSuccess) return cuda_failure("cudaMallocAsync of the workspace", error);
+  const Status status = kernel->launch(problem, workspace);
+  error = cudaFreeAsync(workspace, stream);
+  if (status == Status::kOk && error != cudaSuccess) return cuda_failure("cudaFreeAsync of the workspace", error);
+  return status;
 }
 
 }  // namespace hopattn::sm90

@@ -12,7 +12,8 @@ struct KernelEntry {
   Operation operation;
   DType dtype;
   int head_dim;
-  Status (*launch)(ForwardProblem const&);
+  // `workspace`: device memory of at least forward_workspace_size(problem) bytes, or null when 0.
+  Status (*launch)(ForwardProblem const&, void* workspace);
 };
 
 extern const KernelEntry kKernels[];

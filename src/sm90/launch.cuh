@@ -29,12 +29,17 @@ struct DeviceShape {
 };
 Status current_device_shape(DeviceShape& shape);
 
+// Causal tiles differ in length and are drawn dynamically; equal tiles are dealt out statically.
+template <bool kCausal>
+using SchedulerFor = std::conditional_t<kCausal, DynamicTileScheduler, StaticTileScheduler>;
+
 template <class Config, bool kCausal>
-Status launch_forward_kernel(ForwardProblem const& problem, DeviceShape const& device) {
+Status launch_forward_kernel(ForwardProblem const& problem, DeviceShape const& device, void* workspace) {
   using Mainloop = ForwardMainloop<Config, kCausal>;
   using Epilogue = ForwardEpilogue<Config>;
-  using Scheduler = PersistentTileScheduler<kCausal>;
+  using Scheduler = SchedulerFor<kCausal>;
   using Kernel = ForwardKernel<Mainloop, Epilogue, Scheduler>;
+  auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
 
   typename Kernel::Params params;
   params.mainloop = Mainloop::to_params(problem);
@@ -42,30 +47,40 @@ Status launch_forward_kernel(ForwardProblem const& problem, DeviceShape const& d
   const int num_m_blocks = int(ceil_div(problem.seqlens.seqlen_q, int64_t(Config::kBlockM)));
   // K and V of one head, read by every query block of it; GQA heads of a group share them, which
   // the head-fastest order keeps adjacent. Half of L2 leaves room for Q, O and other streams.
-  const int64_t kv_bytes = 2 * problem.seqlens.seqlen_k * problem.head_dim * int64_t(sizeof(typename Config::Element)) /
-                           problem.heads_per_kv_head();
-  params.scheduler = Scheduler::to_params(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch),
-                                          kv_bytes, device.l2_bytes / 2);
+  const int64_t kv_bytes = 2 * problem.seqlens.seqlen_k * problem.head_dim *
+                           int64_t(sizeof(typename Config::Element)) / problem.heads_per_kv_head();
+  const TileOrder order = TileOrder::make(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch),
+                                          kv_bytes, device.l2_bytes / 2, kCausal);
+  params.scheduler = Scheduler::to_params(order, workspace);
 
+  cudaError_t error;
+  if constexpr (Scheduler::kWorkspaceBytes > 0) {
+    error = cudaMemsetAsync(workspace, 0, Scheduler::kWorkspaceBytes, stream);
+    if (error != cudaSuccess) return cuda_failure("cudaMemsetAsync of the tile counter", error);
+  }
   auto* kernel = &device_kernel<Kernel>;
-  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Kernel::kSharedMemoryBytes);
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSharedMemoryBytes);
   if (error != cudaSuccess) return cuda_failure("cudaFuncSetAttribute", error);
-  const dim3 grid = Scheduler::grid(params.scheduler, device.sm_count);
-  kernel<<<grid, Kernel::kNumThreads, Kernel::kSharedMemoryBytes, static_cast<cudaStream_t>(problem.cuda_stream)>>>(params);
+  kernel<<<persistent_grid(order, device.sm_count), Kernel::kNumThreads, Kernel::kSharedMemoryBytes, stream>>>(params);
   error = cudaGetLastError();
   if (error != cudaSuccess) return cuda_failure("forward kernel launch", error);
   return Status::kOk;
 }
 
+// Bytes of workspace the kernel for this problem needs (the dynamic scheduler's tile counter).
+inline size_t forward_kernel_workspace_bytes(ForwardProblem const& problem) {
+  return problem.causal ? DynamicTileScheduler::kWorkspaceBytes : StaticTileScheduler::kWorkspaceBytes;
+}
+
+// `workspace`: at least forward_kernel_workspace_bytes(problem) bytes of device memory.
 template <class Element, int kHeadDim>
-Status launch_forward(ForwardProblem const& problem) {
+Status launch_forward(ForwardProblem const& problem, void* workspace) {
   using Tiles = TileSize<kHeadDim>;
   using Config = ForwardConfig<Element, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
   DeviceShape device;
   if (Status status = current_device_shape(device); status != Status::kOk) return status;
-  return problem.causal ? launch_forward_kernel<Config, true>(problem, device)
-                        : launch_forward_kernel<Config, false>(problem, device);
+  return problem.causal ? launch_forward_kernel<Config, true>(problem, device, workspace)
+                        : launch_forward_kernel<Config, false>(problem, device, workspace);
 }
 
 }  // namespace hopattn::sm90

@@ -19,7 +19,11 @@ namespace hopattn::sm90 {
 template <class Mainloop, class Epilogue, class Scheduler>
 struct ForwardKernel {
   using Config = typename Mainloop::Config;
-  using SharedStorage = typename Mainloop::SharedStorage;
+  // The epilogue stages O in the mainloop's V buffer and owns no shared memory of its own.
+  struct SharedStorage {
+    typename Mainloop::SharedStorage mainloop;
+    typename Scheduler::SharedStorage scheduler;
+  };
   using Pipeline = typename Config::Pipeline;
   static constexpr int kNumThreads = Config::kNumThreads;
   static constexpr int kSharedMemoryBytes = sizeof(SharedStorage);
@@ -40,7 +44,7 @@ struct ForwardKernel {
     int key_block_end;
 
     __device__ TileWork(Params const& params, int tile) {
-      coord = Scheduler::coord(params.scheduler, tile);
+      coord = params.scheduler.order.coord(tile);
       seq = sequence_of(params.mainloop.seqlens, coord.batch);
       mask = {int(seq.seqlen_q), int(seq.seqlen_k)};
       key_block_end = has_rows() ? mask.key_block_end(coord.m_block) : 0;
@@ -49,7 +53,8 @@ struct ForwardKernel {
   };
 
   __device__ void operator()(Params const& params, char* shared_memory) {
-    auto& shared = *reinterpret_cast<SharedStorage*>(shared_memory);
+    auto& storage = *reinterpret_cast<SharedStorage*>(shared_memory);
+    auto& shared = storage.mainloop;
     const int warpgroup = cutlass::canonical_warp_group_idx();
     const bool is_producer = warpgroup == 0;
 
@@ -69,16 +74,16 @@ struct ForwardKernel {
     Pipeline v_pipeline(shared.v_pipeline, pipeline_params, Shape<_1, _1, _1>{});
     __syncthreads();  // barrier initialisation is visible to every role
 
-    const int first_tile = int(blockIdx.x), tile_stride = int(gridDim.x);
-    const int total_tiles = params.scheduler.total_tiles;
+    using Cursor = typename Scheduler::template Cursor<Config::kNumMmaThreads>;
+    Cursor cursor(params.scheduler, storage.scheduler);
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
       if (threadIdx.x / 32 != 0) return;  // one warp loads; the named barriers count it
       auto write_state = cutlass::make_producer_start_state<Pipeline>();
       const bool leader = threadIdx.x == 0;
       int work_idx = 0;
-      for (int tile = first_tile; tile < total_tiles; tile += tile_stride) {
-        const TileWork work(params, tile);
+      for (; cursor.valid(params.scheduler); cursor.producer_advance(params.scheduler)) {
+        const TileWork work(params, cursor.tile);
         if (work.key_block_end == 0) continue;  // nothing to load (see the consumers' branch)
         Mainloop::load(params.mainloop, shared, k_pipeline, v_pipeline, write_state, work.coord,
                        work.seq, work.key_block_end, work_idx, leader);
@@ -89,9 +94,10 @@ struct ForwardKernel {
       const int thread_idx = int(threadIdx.x) - 128;
       typename Config::PipelineState read_state;
       Mainloop::consumer_init();
+      Cursor::consumer_init();
       int work_idx = 0;
-      for (int tile = first_tile; tile < total_tiles; tile += tile_stride) {
-        const TileWork work(params, tile);
+      for (; cursor.valid(params.scheduler); cursor.consumer_advance(params.scheduler)) {
+        const TileWork work(params, cursor.tile);
         if (!work.has_rows()) continue;
         if (work.key_block_end == 0) {  // every row of this tile sees no key: O = 0, LSE = -inf
           Epilogue::store_empty(params.epilogue, work.coord, work.seq, thread_idx);

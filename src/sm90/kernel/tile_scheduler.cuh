@@ -1,14 +1,20 @@
-// The persistent tile scheduler: a grid of one CTA per SM, each walking the linear list of
-// (query block, head, batch) tiles with a stride of the grid size. The producer warp and the
-// consumer warpgroups walk the same list independently, so no tile index is exchanged.
+// Persistent tile schedulers: a grid of one CTA per SM, each CTA working through tiles of the
+// linear list of (query block, head, batch) tiles until the list is exhausted.
 //
-// Order of the list: (batch, head) pairs are grouped into L2 sections whose K and V fit in L2
-// together, so that the CTAs resident at once stream the same keys; inside a section the query
+// The list's order (TileOrder): (batch, head) pairs are grouped into L2 sections whose K and V fit
+// in L2 together, so that the CTAs resident at once stream the same keys; inside a section the query
 // block is the slow index and the head the fast one. Under the causal mask later query blocks see
-// more keys, so they come first (longest-processing-time first) and short tiles fill the tail.
+// more keys, so they come first (longest-processing-time first).
+//
+// Equal tiles (no mask) are dealt out statically: CTA c takes tiles c, c + grid, ... Tiles of
+// unequal length (causal) are taken dynamically from a global counter in the workspace, so a CTA
+// that drew short tiles takes more of them; the producer warp draws the next tile and hands it to
+// the consumer warpgroups through shared memory (kTileFull / kTileEmpty).
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include "sm90/kernel/named_barriers.hpp"
 
 namespace hopattn::sm90 {
 
@@ -16,42 +22,102 @@ struct TileCoord {
   int m_block, head, batch;
 };
 
-template <bool kCausal>
-struct PersistentTileScheduler {
-  struct Params {
-    int num_m_blocks, heads, batch;
-    int heads_per_section;  // (batch, head) pairs per L2 section
-    int total_tiles;
-  };
+struct TileOrder {
+  int num_m_blocks, heads, batch;
+  int heads_per_section;  // (batch, head) pairs per L2 section
+  int total_tiles;
+  bool longest_first;
 
   // `kv_bytes_per_head`: the K and V bytes one (batch, head) streams; `l2_bytes`: the cache to fit.
-  static Params to_params(int num_m_blocks, int heads, int batch, int64_t kv_bytes_per_head,
-                          int64_t l2_bytes) {
-    Params p;
-    p.num_m_blocks = num_m_blocks;
-    p.heads = heads;
-    p.batch = batch;
-    const int64_t fit = kv_bytes_per_head > 0 ? l2_bytes / kv_bytes_per_head : heads * batch;
-    p.heads_per_section = int(fit < 1 ? 1 : (fit > int64_t(heads) * batch ? int64_t(heads) * batch : fit));
-    p.total_tiles = num_m_blocks * heads * batch;
-    return p;
+  static TileOrder make(int num_m_blocks, int heads, int batch, int64_t kv_bytes_per_head,
+                        int64_t l2_bytes, bool longest_first) {
+    const int64_t pairs = int64_t(heads) * batch;
+    const int64_t fit = kv_bytes_per_head > 0 ? l2_bytes / kv_bytes_per_head : pairs;
+    const int per_section = int(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
+    return {num_m_blocks, heads, batch, per_section, num_m_blocks * heads * batch, longest_first};
   }
 
-  static dim3 grid(Params const& p, int sm_count) {
-    return dim3(unsigned(p.total_tiles < sm_count ? p.total_tiles : sm_count));
-  }
-
-  __device__ static TileCoord coord(Params const& p, int tile) {
-    const int section_tiles = p.num_m_blocks * p.heads_per_section;
+  __device__ TileCoord coord(int tile) const {
+    const int section_tiles = num_m_blocks * heads_per_section;
     const int section = tile / section_tiles;
-    const int first_pair = section * p.heads_per_section;
-    const int pairs = min(p.heads_per_section, p.heads * p.batch - first_pair);  // the last may be short
+    const int first_pair = section * heads_per_section;
+    const int pairs = min(heads_per_section, heads * batch - first_pair);  // the last may be short
     const int in_section = tile - section * section_tiles;
     const int m_rank = in_section / pairs;
     const int pair = first_pair + in_section % pairs;
-    const int m_block = kCausal ? p.num_m_blocks - 1 - m_rank : m_rank;
-    return {m_block, pair % p.heads, pair / p.heads};
+    return {longest_first ? num_m_blocks - 1 - m_rank : m_rank, pair % heads, pair / heads};
   }
+};
+
+inline dim3 persistent_grid(TileOrder const& order, int sm_count) {
+  return dim3(unsigned(order.total_tiles < sm_count ? order.total_tiles : sm_count));
+}
+
+// CTA c takes tiles c, c + grid, ...: no communication, no workspace.
+struct StaticTileScheduler {
+  struct Params {
+    TileOrder order;
+  };
+  struct SharedStorage {};
+  static constexpr size_t kWorkspaceBytes = 0;
+
+  static Params to_params(TileOrder const& order, void* /*workspace*/) { return {order}; }
+
+  template <int kConsumerThreads>
+  struct Cursor {
+    int tile = int(blockIdx.x);
+    __device__ Cursor(Params const&, SharedStorage&) {}
+    __device__ bool valid(Params const& p) const { return tile < p.order.total_tiles; }
+    __device__ void producer_advance(Params const&) { tile += int(gridDim.x); }
+    __device__ void consumer_advance(Params const&) { tile += int(gridDim.x); }
+    __device__ static void consumer_init() {}
+  };
+};
+
+// Each CTA starts at tile blockIdx.x; every further tile comes from atomicAdd on a counter that
+// the host zeroes before the launch.
+struct DynamicTileScheduler {
+  struct Params {
+    TileOrder order;
+    int* counter;
+  };
+  struct SharedStorage {
+    int next_tile;
+  };
+  static constexpr size_t kWorkspaceBytes = sizeof(int);
+
+  static Params to_params(TileOrder const& order, void* workspace) {
+    return {order, static_cast<int*>(workspace)};
+  }
+
+  template <int kConsumerThreads>
+  struct Cursor {
+    static constexpr uint32_t kThreads = kConsumerThreads + 32;  // the consumers and the producer warp
+    int tile = int(blockIdx.x);
+    SharedStorage* shared;
+
+    __device__ Cursor(Params const&, SharedStorage& storage) : shared(&storage) {}
+    __device__ bool valid(Params const& p) const { return tile < p.order.total_tiles; }
+
+    // Producer warp, after issuing the tile's loads: draw the next tile and publish it.
+    __device__ void producer_advance(Params const& p) {
+      int next = 0;
+      if (threadIdx.x % 32 == 0) next = atomicAdd(p.counter, 1) + int(gridDim.x);
+      next = __shfl_sync(0xffffffff, next, 0);
+      barrier_sync(kThreads, ForwardBarrier::kTileEmpty);  // the consumers have read the last one
+      if (threadIdx.x % 32 == 0) shared->next_tile = next;
+      barrier_arrive(kThreads, ForwardBarrier::kTileFull);
+      tile = next;
+    }
+    // Consumers, after the tile's epilogue.
+    __device__ void consumer_advance(Params const&) {
+      barrier_sync(kThreads, ForwardBarrier::kTileFull);
+      tile = shared->next_tile;
+      barrier_arrive(kThreads, ForwardBarrier::kTileEmpty);
+    }
+    // Before the first tile: the slot is free.
+    __device__ static void consumer_init() { barrier_arrive(kThreads, ForwardBarrier::kTileEmpty); }
+  };
 };
 
 }  // namespace hopattn::sm90
