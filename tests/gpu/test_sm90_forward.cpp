@@ -528,3 +528,47 @@ TEST(Sm90VarlenMetadata, CorruptedCuSeqlensStayInsideTheTensors) {
 }
 
 }  // namespace
+
+namespace {
+
+// Causal tiles are scheduled from a counter in the workspace: the library's stream-ordered
+// allocation and a caller's buffer give bit-identical results, and non-causal calls need none.
+TEST(Sm90Workspace, CallerWorkspaceMatchesTheLibrarysOwn) {
+  if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
+    GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
+  }
+  std::mt19937 rng(5);
+  DeviceTensor q(HOPATTN_DTYPE_BFLOAT16, 2, 1000, 4, 128, 0, rng);
+  DeviceTensor k(HOPATTN_DTYPE_BFLOAT16, 2, 1000, 4, 128, 0, rng);
+  DeviceTensor v(HOPATTN_DTYPE_BFLOAT16, 2, 1000, 4, 128, 0, rng);
+  DeviceTensor o_library(HOPATTN_DTYPE_BFLOAT16, 2, 1000, 4, 128, 0, rng);
+  DeviceTensor o_caller(HOPATTN_DTYPE_BFLOAT16, 2, 1000, 4, 128, 0, rng);
+  ASSERT_TRUE(q.device && k.device && v.device && o_library.device && o_caller.device);
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.backend = HOPATTN_BACKEND_SM90;
+  size_t bytes = 1;
+  ASSERT_EQ(hopattn_forward_workspace_size(&q.desc, &k.desc, &v.desc, nullptr, &options, &bytes), HOPATTN_OK);
+  EXPECT_EQ(bytes, 0u) << "non-causal tiles are scheduled statically";
+  options.causal = 1;
+  ASSERT_EQ(hopattn_forward_workspace_size(&q.desc, &k.desc, &v.desc, nullptr, &options, &bytes), HOPATTN_OK);
+  ASSERT_GT(bytes, 0u);
+  ASSERT_EQ(hopattn_forward(&q.desc, &k.desc, &v.desc, &o_library.desc, nullptr, &options), HOPATTN_OK)
+      << hopattn_last_error();
+  void* workspace = nullptr;
+  ASSERT_CUDA(cudaMalloc(&workspace, bytes));
+  ASSERT_CUDA(cudaMemset(workspace, 0x5a, bytes));  // garbage: the library must reset its counter
+  options.workspace = workspace;
+  options.workspace_bytes = bytes;
+  for (int repeat = 0; repeat < 2; ++repeat) {  // the same buffer twice
+    ASSERT_EQ(hopattn_forward(&q.desc, &k.desc, &v.desc, &o_caller.desc, nullptr, &options), HOPATTN_OK)
+        << hopattn_last_error();
+  }
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<uint16_t> a(o_library.host.size()), b(o_caller.host.size());
+  ASSERT_CUDA(cudaMemcpy(a.data(), o_library.device, a.size() * 2, cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(b.data(), o_caller.device, b.size() * 2, cudaMemcpyDeviceToHost));
+  cudaFree(workspace);
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
