@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,7 +60,12 @@ typedef struct hopattn_tensor {
  * Structs that may grow: hopattn_forward_options and hopattn_varlen start with struct_size, the
  * sizeof() the caller was compiled with. The library reads only the fields that fit in it and
  * gives later fields their defaults, so a caller built against an older header keeps working.
- * hopattn_default_forward_options() and hopattn_default_varlen() fill it in.
+ * No growable struct crosses the library boundary by value, since a library newer than the
+ * caller's header would write its bigger struct into the caller's smaller one:
+ *   - from C and C++, hopattn_default_forward_options() and hopattn_default_varlen() below are
+ *     inline, so they are compiled into the caller with the caller's sizeof;
+ *   - a foreign-function caller that cannot call inline functions (ctypes) allocates the struct
+ *     itself and calls hopattn_init_forward_options() or hopattn_init_varlen() with its size.
  * (hopattn_tensor is a fixed value type: new operations take new arguments instead.)
  */
 typedef struct hopattn_forward_options {
@@ -104,12 +110,41 @@ typedef struct hopattn_varlen {
   int64_t max_seqlen_k; /* >= every key length */
 } hopattn_varlen;
 
-/* struct_size set, causal = 0, softmax_scale = 0 (default), backend = AUTO, stream = NULL,
- * workspace = NULL. */
-HOPATTN_API hopattn_forward_options hopattn_default_forward_options(void);
+/*
+ * The defaults, defined here once: the library reads them too, for a NULL options and for the
+ * fields past an older caller's struct_size. Every field the defaults do not name is zero.
+ */
 
-/* struct_size set, batch = 0, every pointer NULL, max_seqlen_q = max_seqlen_k = 0. */
-HOPATTN_API hopattn_varlen hopattn_default_varlen(void);
+/* struct_size = sizeof, causal = 0, softmax_scale = 0 (default), backend = AUTO, stream = NULL,
+ * workspace = NULL, workspace_bytes = 0. */
+static inline hopattn_forward_options hopattn_default_forward_options(void) {
+  hopattn_forward_options options;
+  memset(&options, 0, sizeof options);
+  options.struct_size = sizeof options;
+  options.backend = HOPATTN_BACKEND_AUTO;
+  return options;
+}
+
+/* struct_size = sizeof, batch = 0, every pointer NULL, max_seqlen_q = max_seqlen_k = 0. */
+static inline hopattn_varlen hopattn_default_varlen(void) {
+  hopattn_varlen varlen;
+  memset(&varlen, 0, sizeof varlen);
+  varlen.struct_size = sizeof varlen;
+  return varlen;
+}
+
+/*
+ * For callers that cannot call the inline functions above: write the defaults into the first
+ * min(struct_size, sizeof(hopattn_forward_options)) bytes of *options, with options->struct_size =
+ * struct_size, the sizeof of the caller's struct. Nothing past struct_size is written. NULL, or a
+ * struct_size smaller than that of the first hopattn.h with the struct, is
+ * HOPATTN_ERROR_INVALID_ARGUMENT and writes nothing.
+ */
+HOPATTN_API hopattn_status hopattn_init_forward_options(hopattn_forward_options* options,
+                                                        size_t struct_size);
+
+/* The same for hopattn_varlen. */
+HOPATTN_API hopattn_status hopattn_init_varlen(hopattn_varlen* varlen, size_t struct_size);
 
 /*
  * O = softmax(Q K^T * scale) V, and optionally the log-sum-exp of each score row.
