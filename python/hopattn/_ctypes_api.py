@@ -74,28 +74,34 @@ class Varlen(ctypes.Structure):
     ]
 
 
-# The library's defaults carry the library's sizeof; struct_size must say how much memory this
-# mirror really holds, so that a library newer than the mirror reads only what is there and
-# defaults the rest. The two are equal while the mirror matches the header.
+# hopattn.h's defaults are inline C functions, so ctypes cannot call them: the struct is made
+# here, with the mirror's size, and the library writes its defaults into it. struct_size says how
+# much memory this mirror really holds, so that a library newer than the mirror writes and reads
+# only what is there and defaults the rest.
+def _init(lib: ctypes.CDLL, function: str, struct: type) -> ctypes.Structure:
+    value = struct()
+    status = getattr(lib, function)(ctypes.byref(value), ctypes.sizeof(struct))
+    if status != Status.OK:
+        raise RuntimeError(f"{function}: {Status(status).name}: "
+                           f"{lib.hopattn_last_error().decode()}")
+    return value
+
+
 def default_forward_options(lib: ctypes.CDLL) -> ForwardOptions:
-    options = lib.hopattn_default_forward_options()
-    options.struct_size = ctypes.sizeof(ForwardOptions)
-    return options
+    return _init(lib, "hopattn_init_forward_options", ForwardOptions)
 
 
 def default_varlen(lib: ctypes.CDLL) -> Varlen:
-    varlen = lib.hopattn_default_varlen()
-    varlen.struct_size = ctypes.sizeof(Varlen)
-    return varlen
+    return _init(lib, "hopattn_init_varlen", Varlen)
 
 
 def declare(lib: ctypes.CDLL) -> None:
     """Gives each exported function its C signature, so ctypes converts arguments checked."""
     tensor_p = ctypes.POINTER(Tensor)
-    lib.hopattn_default_forward_options.argtypes = []
-    lib.hopattn_default_forward_options.restype = ForwardOptions
-    lib.hopattn_default_varlen.argtypes = []
-    lib.hopattn_default_varlen.restype = Varlen
+    lib.hopattn_init_forward_options.argtypes = [ctypes.POINTER(ForwardOptions), ctypes.c_size_t]
+    lib.hopattn_init_forward_options.restype = ctypes.c_int
+    lib.hopattn_init_varlen.argtypes = [ctypes.POINTER(Varlen), ctypes.c_size_t]
+    lib.hopattn_init_varlen.restype = ctypes.c_int
     lib.hopattn_forward.argtypes = [
         tensor_p, tensor_p, tensor_p, tensor_p,
         ctypes.c_void_p,  # float* lse, or NULL

@@ -40,11 +40,14 @@ hopattn_status guarded(Body&& body) {
 
 extern "C" {
 
-HOPATTN_API hopattn_forward_options hopattn_default_forward_options(void) {
-  return hopattn::default_forward_options();
+HOPATTN_API hopattn_status hopattn_init_forward_options(hopattn_forward_options* options,
+                                                        size_t struct_size) {
+  return guarded([&] { return hopattn::init_forward_options(options, struct_size); });
 }
 
-HOPATTN_API hopattn_varlen hopattn_default_varlen(void) { return hopattn::default_varlen(); }
+HOPATTN_API hopattn_status hopattn_init_varlen(hopattn_varlen* varlen, size_t struct_size) {
+  return guarded([&] { return hopattn::init_varlen(varlen, struct_size); });
+}
 
 HOPATTN_API hopattn_status hopattn_forward(const hopattn_tensor* q, const hopattn_tensor* k,
                                            const hopattn_tensor* v, hopattn_tensor* o, float* lse,

@@ -23,11 +23,15 @@ struct ForwardCall {
   size_t workspace_needed = 0;  // bytes the backend needs for the problem
 };
 
-// struct_size set, causal off, default scale, backend AUTO, legacy default stream, no
-// workspace: what a NULL options means.
+// hopattn.h's inline defaults, the one definition: what a NULL options means, and the values of
+// the fields past an older caller's struct_size.
 hopattn_forward_options default_forward_options();
-// struct_size set, everything else zero.
 hopattn_varlen default_varlen();
+
+// hopattn_init_forward_options and hopattn_init_varlen: the defaults written into the first
+// min(struct_size, sizeof) bytes, struct_size kept as the caller's.
+Status init_forward_options(hopattn_forward_options* options, size_t struct_size);
+Status init_varlen(hopattn_varlen* varlen, size_t struct_size);
 
 // The struct sizes of the first versions of the growable structs: a smaller struct_size cannot
 // come from any hopattn.h (it is uninitialised or 0).

@@ -1,6 +1,7 @@
-// The forward's own rules: options (and their struct_size), the shapes of q, k, v and o, the
-// lse, the workspace and the varlen metadata; the shared tensor and backend rules are called from
-// here, the SM90 rules once the backend is SM90.
+// The forward's own rules: options (their struct_size, and the hopattn_init_* that fill the
+// growable structs), the shapes of q, k, v and o, the lse, the workspace and the varlen metadata;
+// the shared tensor and backend rules are called from here, the SM90 rules once the backend is
+// SM90.
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -32,16 +33,31 @@ constexpr uintptr_t kWorkspaceAlignment = 256;
 template <class Struct>
 Status read_growable(const Struct& given, const Struct& defaults, size_t first_size,
                      const char* argument, const char* type, const char* default_function,
-                     Struct& out) {
+                     const char* init_function, Struct& out) {
   if (given.struct_size < first_size) {
     return invalid(argument, "->struct_size is ", given.struct_size, "; it must be sizeof(", type,
                    ") as the caller's hopattn.h defines it (at least ", first_size,
-                   "): initialise the struct with ", default_function, "()");
+                   "): initialise the struct with ", default_function, "() or ", init_function,
+                   "()");
   }
   out = defaults;
   std::memcpy(&out, &given,
               given.struct_size < sizeof(Struct) ? given.struct_size : sizeof(Struct));
   out.struct_size = sizeof(Struct);
+  return Status::kOk;
+}
+
+// hopattn_init_*: the defaults in the caller's first struct_size bytes, and nothing past them.
+template <class Struct>
+Status init_growable(Struct* out, size_t struct_size, Struct defaults, size_t first_size,
+                     const char* argument, const char* type) {
+  if (out == nullptr) return invalid(argument, " is NULL; it must point to the caller's ", type);
+  if (struct_size < first_size) {
+    return invalid("struct_size is ", struct_size, "; it must be sizeof(", type,
+                   ") as the caller's hopattn.h defines it (at least ", first_size, ")");
+  }
+  defaults.struct_size = struct_size;
+  std::memcpy(out, &defaults, struct_size < sizeof(Struct) ? struct_size : sizeof(Struct));
   return Status::kOk;
 }
 
@@ -256,7 +272,8 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
   if (options_or_null != nullptr) {
     if (Status s = read_growable(*options_or_null, default_forward_options(),
                                  kForwardOptionsFirstSize, "options", "hopattn_forward_options",
-                                 "hopattn_default_forward_options", options);
+                                 "hopattn_default_forward_options", "hopattn_init_forward_options",
+                                 options);
         s != Status::kOk) {
       return s;
     }
@@ -266,7 +283,8 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
   if (is_varlen) {
     if (varlen_or_null == nullptr) return invalid("varlen is NULL");
     if (Status s = read_growable(*varlen_or_null, default_varlen(), kVarlenFirstSize, "varlen",
-                                 "hopattn_varlen", "hopattn_default_varlen", varlen);
+                                 "hopattn_varlen", "hopattn_default_varlen", "hopattn_init_varlen",
+                                 varlen);
         s != Status::kOk) {
       return s;
     }
@@ -329,22 +347,18 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
 
 }  // namespace
 
-hopattn_forward_options default_forward_options() {
-  hopattn_forward_options options{};
-  options.struct_size = sizeof(hopattn_forward_options);
-  options.causal = 0;
-  options.softmax_scale = 0.f;
-  options.backend = HOPATTN_BACKEND_AUTO;
-  options.cuda_stream = nullptr;
-  options.workspace = nullptr;
-  options.workspace_bytes = 0;
-  return options;
+hopattn_forward_options default_forward_options() { return hopattn_default_forward_options(); }
+
+hopattn_varlen default_varlen() { return hopattn_default_varlen(); }
+
+Status init_forward_options(hopattn_forward_options* options, size_t struct_size) {
+  return init_growable(options, struct_size, default_forward_options(), kForwardOptionsFirstSize,
+                       "options", "hopattn_forward_options");
 }
 
-hopattn_varlen default_varlen() {
-  hopattn_varlen varlen{};
-  varlen.struct_size = sizeof(hopattn_varlen);
-  return varlen;
+Status init_varlen(hopattn_varlen* varlen, size_t struct_size) {
+  return init_growable(varlen, struct_size, default_varlen(), kVarlenFirstSize, "varlen",
+                       "hopattn_varlen");
 }
 
 Status validate_forward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -75,6 +77,88 @@ TEST(Api, DefaultOptions) {
   EXPECT_EQ(options.struct_size, sizeof(hopattn_forward_options));
   EXPECT_EQ(options.workspace, nullptr);
   EXPECT_EQ(options.workspace_bytes, 0u);
+}
+
+TEST(Api, DefaultVarlen) {
+  const hopattn_varlen varlen = hopattn_default_varlen();
+  EXPECT_EQ(varlen.struct_size, sizeof(hopattn_varlen));
+  EXPECT_EQ(varlen.batch, 0);
+  EXPECT_EQ(varlen.cu_seqlens_q, nullptr);
+  EXPECT_EQ(varlen.cu_seqlens_k, nullptr);
+  EXPECT_EQ(varlen.seqused_k, nullptr);
+  EXPECT_EQ(varlen.max_seqlen_q, 0);
+  EXPECT_EQ(varlen.max_seqlen_k, 0);
+}
+
+// Memory for a growable struct followed by sentinel bytes that hopattn_init_* must not touch.
+template <class Struct>
+struct Sentineled {
+  static constexpr unsigned char kSentinel = 0xA5;
+  alignas(Struct) unsigned char bytes[sizeof(Struct) + 64];
+
+  Sentineled() { std::memset(bytes, kSentinel, sizeof bytes); }
+  Struct* get() { return reinterpret_cast<Struct*>(bytes); }
+  // The number of sentinel bytes from `from` to the end.
+  size_t intact_from(size_t from) const {
+    size_t count = 0;
+    for (size_t i = from; i < sizeof bytes; ++i) count += bytes[i] == kSentinel ? 1 : 0;
+    return count;
+  }
+};
+
+// ctypes' path: the caller's struct_size decides how much is written, and the result is what the
+// inline defaults give and what hopattn_forward accepts.
+TEST(Api, InitForwardOptionsWritesTheCallersStructSizeOnly) {
+  Sentineled<hopattn_forward_options> memory;
+  const size_t size = sizeof(hopattn_forward_options);
+  ASSERT_EQ(hopattn_init_forward_options(memory.get(), size), HOPATTN_OK) << hopattn_last_error();
+  EXPECT_EQ(memory.intact_from(size), sizeof memory.bytes - size);
+  const hopattn_forward_options defaults = hopattn_default_forward_options();
+  hopattn_forward_options& options = *memory.get();
+  EXPECT_EQ(options.struct_size, size);
+  EXPECT_EQ(options.causal, defaults.causal);
+  EXPECT_EQ(options.softmax_scale, defaults.softmax_scale);
+  EXPECT_EQ(options.backend, defaults.backend);
+  EXPECT_EQ(options.cuda_stream, defaults.cuda_stream);
+  EXPECT_EQ(options.workspace, defaults.workspace);
+  EXPECT_EQ(options.workspace_bytes, defaults.workspace_bytes);
+
+  options.backend = HOPATTN_BACKEND_CPU;
+  options.causal = 1;
+  std::vector<float> x(8 * 2 * 16, 0.5f), o(x.size());
+  const hopattn_tensor t = {x.data(), HOPATTN_DTYPE_FLOAT32, 1, 8, 2, 16, 8 * 2 * 16, 2 * 16, 16};
+  hopattn_tensor to = t;
+  to.data = o.data();
+  EXPECT_EQ(hopattn_forward(&t, &t, &t, &to, nullptr, &options), HOPATTN_OK)
+      << hopattn_last_error();
+  EXPECT_EQ(o[0], 0.5f);
+}
+
+// A caller without the workspace fields (struct_size = offsetof(workspace)) cannot exist: the
+// first hopattn.h with struct_size had them. Such a size is refused, and nothing is written.
+TEST(Api, InitRefusesAStructSizeBelowTheFirstVersion) {
+  Sentineled<hopattn_forward_options> memory;
+  const size_t size = offsetof(hopattn_forward_options, workspace);
+  EXPECT_EQ(hopattn_init_forward_options(memory.get(), size), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("struct_size is " + std::to_string(size)),
+            std::string::npos)
+      << hopattn_last_error();
+  EXPECT_EQ(memory.intact_from(0), sizeof memory.bytes);
+  EXPECT_EQ(hopattn_init_forward_options(nullptr, sizeof(hopattn_forward_options)),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(hopattn_last_error()).rfind("options is NULL", 0), 0u)
+      << hopattn_last_error();
+
+  Sentineled<hopattn_varlen> varlen;
+  EXPECT_EQ(hopattn_init_varlen(varlen.get(), offsetof(hopattn_varlen, max_seqlen_q)),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(varlen.intact_from(0), sizeof varlen.bytes);
+  ASSERT_EQ(hopattn_init_varlen(varlen.get(), sizeof(hopattn_varlen)), HOPATTN_OK);
+  EXPECT_EQ(varlen.intact_from(sizeof(hopattn_varlen)),
+            sizeof varlen.bytes - sizeof(hopattn_varlen));
+  EXPECT_EQ(varlen.get()->struct_size, sizeof(hopattn_varlen));
+  EXPECT_EQ(varlen.get()->batch, 0);
+  EXPECT_EQ(varlen.get()->cu_seqlens_q, nullptr);
 }
 
 struct SmallProblem {

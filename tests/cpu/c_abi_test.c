@@ -85,6 +85,22 @@ int main(void) {
          "struct_size 0 is refused");
   expect(strstr(hopattn_last_error(), "options->struct_size") != NULL, "the message names it");
 
+  /* The exported form of the inline defaults, for callers that cannot inline. */
+  {
+    hopattn_forward_options initialised;
+    hopattn_varlen initialised_varlen;
+    memset(&initialised, 0xff, sizeof initialised);
+    expect(hopattn_init_forward_options(&initialised, sizeof initialised) == HOPATTN_OK,
+           "hopattn_init_forward_options");
+    options = hopattn_default_forward_options();
+    expect(initialised.struct_size == options.struct_size &&
+               initialised.backend == options.backend && initialised.workspace == NULL &&
+               initialised.workspace_bytes == 0,
+           "hopattn_init_forward_options gives the inline defaults");
+    expect(hopattn_init_varlen(&initialised_varlen, 0) == HOPATTN_ERROR_INVALID_ARGUMENT,
+           "hopattn_init_varlen refuses struct_size 0");
+  }
+
   if (failures == 0) printf("C ABI test passed\n");
   return failures == 0 ? 0 : 1;
 }

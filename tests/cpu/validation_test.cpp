@@ -571,6 +571,25 @@ TEST_F(Validation, RejectsVarlenWithStructSizeZero) {
   expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen->struct_size is");
 }
 
+// hopattn_init_* and the validation share one definition of the first version's size.
+TEST_F(Validation, InitRefusesWhatValidationRefuses) {
+  hopattn_forward_options init_options{};
+  EXPECT_EQ(init_forward_options(&init_options, kForwardOptionsFirstSize), Status::kOk);
+  EXPECT_EQ(init_options.struct_size, kForwardOptionsFirstSize);
+  EXPECT_EQ(init_forward_options(&init_options, kForwardOptionsFirstSize - 1),
+            Status::kInvalidArgument);
+  EXPECT_NE(std::string(last_error()).find("struct_size is " +
+                                           std::to_string(kForwardOptionsFirstSize - 1)),
+            std::string::npos)
+      << last_error();
+  hopattn_varlen init_varlen_struct{};
+  EXPECT_EQ(init_varlen(&init_varlen_struct, kVarlenFirstSize), Status::kOk);
+  EXPECT_EQ(init_varlen_struct.struct_size, kVarlenFirstSize);
+  EXPECT_EQ(init_varlen(&init_varlen_struct, kVarlenFirstSize - 1), Status::kInvalidArgument);
+  EXPECT_EQ(init_varlen(nullptr, kVarlenFirstSize), Status::kInvalidArgument);
+  EXPECT_EQ(std::string(last_error()).rfind("varlen is NULL", 0), 0u) << last_error();
+}
+
 TEST_F(Validation, DefaultStructsCarryTheirSize) {
   EXPECT_EQ(default_forward_options().struct_size, sizeof(hopattn_forward_options));
   EXPECT_EQ(default_forward_options().workspace, nullptr);

@@ -141,16 +141,42 @@ def test_enum_mirror_matches_c(c_layout, enum):
     assert {m.name: int(m) for m in mirror} == in_c
 
 
-def test_struct_size_helpers_use_the_mirror_size():
-    class FakeLibrary:
-        @staticmethod
-        def hopattn_default_forward_options():
-            return api.ForwardOptions(struct_size=1)
+class FakeLibrary:
+    """hopattn_init_*: records the struct_size it was given and writes it, as the library does."""
 
-        @staticmethod
-        def hopattn_default_varlen():
-            return api.Varlen(struct_size=1)
+    status = api.Status.OK
+    sizes = {}
 
+    @classmethod
+    def _init(cls, name, pointer, struct_size):
+        cls.sizes[name] = struct_size
+        if cls.status == api.Status.OK:
+            pointer._obj.struct_size = struct_size
+        return cls.status
+
+    @classmethod
+    def hopattn_init_forward_options(cls, pointer, struct_size):
+        return cls._init("options", pointer, struct_size)
+
+    @classmethod
+    def hopattn_init_varlen(cls, pointer, struct_size):
+        return cls._init("varlen", pointer, struct_size)
+
+    @staticmethod
+    def hopattn_last_error():
+        return b"struct_size is 1"
+
+
+def test_struct_size_helpers_use_the_mirror_size(monkeypatch):
+    monkeypatch.setattr(FakeLibrary, "sizes", {})
     assert api.default_forward_options(FakeLibrary).struct_size == ctypes.sizeof(
         api.ForwardOptions)
     assert api.default_varlen(FakeLibrary).struct_size == ctypes.sizeof(api.Varlen)
+    assert FakeLibrary.sizes == {"options": ctypes.sizeof(api.ForwardOptions),
+                                 "varlen": ctypes.sizeof(api.Varlen)}
+
+
+def test_struct_size_helpers_raise_when_the_library_refuses(monkeypatch):
+    monkeypatch.setattr(FakeLibrary, "status", api.Status.INVALID_ARGUMENT)
+    with pytest.raises(RuntimeError, match="hopattn_init_varlen: INVALID_ARGUMENT: struct_size"):
+        api.default_varlen(FakeLibrary)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import hopattn
-from hopattn._ctypes_api import Backend, DType, ForwardOptions, Status, Tensor, Varlen
+from hopattn._ctypes_api import (Backend, DType, ForwardOptions, Status, Tensor, Varlen,
+                                 default_forward_options, default_varlen)
 from hopattn._lib import library
 
 
@@ -81,7 +82,7 @@ def test_sm90_unavailable_is_reported():
     x = np.zeros((1, 8, 2, 64), np.float16)
     t = Tensor(x.ctypes.data, DType.FLOAT16, 1, 8, 2, 64, 8 * 2 * 64, 2 * 64, 64)
     o = Tensor(np.empty_like(x).ctypes.data, DType.FLOAT16, 1, 8, 2, 64, 8 * 2 * 64, 2 * 64, 64)
-    options = library().hopattn_default_forward_options()
+    options = default_forward_options(library())
     options.backend = Backend.SM90
     status = library().hopattn_forward(ctypes.byref(t), ctypes.byref(t), ctypes.byref(t),
                                        ctypes.byref(o), None, ctypes.byref(options))
@@ -90,7 +91,7 @@ def test_sm90_unavailable_is_reported():
 
 
 def test_default_options_mirror_the_header():
-    options = library().hopattn_default_forward_options()
+    options = default_forward_options(library())
     assert isinstance(options, ForwardOptions)
     assert options.struct_size == ctypes.sizeof(ForwardOptions)
     assert (options.causal, options.softmax_scale, options.backend, options.cuda_stream,
@@ -98,8 +99,38 @@ def test_default_options_mirror_the_header():
 
 
 def test_default_varlen_mirrors_the_header():
-    varlen = library().hopattn_default_varlen()
+    varlen = default_varlen(library())
     assert isinstance(varlen, Varlen)
     assert varlen.struct_size == ctypes.sizeof(Varlen)
     assert (varlen.batch, varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.seqused_k,
             varlen.max_seqlen_q, varlen.max_seqlen_k) == (0, None, None, None, 0, 0)
+
+
+# The first hopattn.h with struct_size already had every field the mirrors have, so any size
+# below the mirror's is below the first version's.
+@pytest.mark.parametrize("function, struct, argument", [
+    ("hopattn_init_forward_options", ForwardOptions, "options"),
+    ("hopattn_init_varlen", Varlen, "varlen"),
+])
+def test_init_refuses_a_struct_size_below_the_first_version(function, struct, argument):
+    init = getattr(library(), function)
+    value = struct(struct_size=12345)
+    for size in (0, ctypes.sizeof(ctypes.c_size_t), ctypes.sizeof(struct) - 1):
+        assert init(ctypes.byref(value), size) == Status.INVALID_ARGUMENT
+        assert f"struct_size is {size};" in library().hopattn_last_error().decode()
+        assert value.struct_size == 12345, "a refused init writes nothing"
+    assert init(None, ctypes.sizeof(struct)) == Status.INVALID_ARGUMENT
+    assert library().hopattn_last_error().decode().startswith(f"{argument} is NULL")
+
+
+@pytest.mark.parametrize("function, struct", [
+    ("hopattn_init_forward_options", ForwardOptions),
+    ("hopattn_init_varlen", Varlen),
+])
+def test_init_writes_nothing_past_struct_size(function, struct):
+    size = ctypes.sizeof(struct)
+    memory = (ctypes.c_ubyte * (size + 64))(*([0xA5] * (size + 64)))
+    status = getattr(library(), function)(ctypes.cast(memory, ctypes.POINTER(struct)), size)
+    assert status == Status.OK
+    assert bytes(memory[size:]) == b"\xa5" * 64
+    assert struct.from_buffer(memory).struct_size == size
