@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
 # Installs what building and testing hopattn needs. Idempotent and quick on a re-run: each
 # step checks first and does nothing when its result is already there.
-#   - Debian packages (cmake, ninja, g++, GoogleTest, python3-venv), only those missing.
+#   - Debian packages (cmake, ninja, g++, GoogleTest, pkg-config, python3-venv), only those missing.
 #   - A virtual environment at .venv/ with the pins of requirements-dev.txt. It is made with
 #     --system-site-packages so that a PyTorch installed on the machine stays importable for
 #     the tests, while the pinned packages inside .venv/ take precedence.
-#   - The CUTLASS/CuTe headers of nvidia-cutlass==$CUTLASS_VERSION in .deps/cutlass/include
-#     (git-ignored), taken from the PyPI wheel, which ships them under
-#     cutlass_library/source/include.
+# The CUTLASS/CuTe headers of the SM90 backend are not installed here: CMake fetches the pinned
+# version (cmake/HopattnCutlass.cmake) into .deps/cutlass/include when it configures that backend.
+#
+#   scripts/setup.sh              everything (scripts/test.sh)
+#   scripts/setup.sh --build-only what building needs: the Debian packages, no .venv (scripts/run.sh)
 # Environment: PYTHON (default python3) picks the interpreter the venv is made from.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CUTLASS_VERSION="4.2.0.0"
 PYTHON="${PYTHON:-python3}"
 VENV="$REPO/.venv"
+BUILD_ONLY=0
+case "${1:-}" in
+  --build-only) BUILD_ONLY=1 ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--build-only]" >&2; exit 2 ;;
+esac
 
-log() { printf '[setup] %s\n' "$*" >&2; }
+exec 1>&2  # all of it is diagnostics: `scripts/run.sh > out.txt` keeps only results
+log() { printf '[setup] %s\n' "$*"; }
 
 install_debian_packages() {
   local missing=()
@@ -24,10 +32,10 @@ install_debian_packages() {
   command -v ninja >/dev/null || missing+=(ninja-build)
   command -v g++ >/dev/null || missing+=(g++)
   [[ -f /usr/include/gtest/gtest.h ]] || missing+=(libgtest-dev)
+  command -v pkg-config >/dev/null || missing+=(pkg-config)  # the install test's consumer
   command -v "$PYTHON" >/dev/null || missing+=(python3)
   # Debian's python3 needs python3-venv for ensurepip; pyenv and other builds carry it.
-  "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
-  command -v unzip >/dev/null || missing+=(unzip)
+  ((BUILD_ONLY)) || "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
   if ((${#missing[@]} == 0)); then
     log "Debian packages: all present"
     return
@@ -56,32 +64,8 @@ install_python_packages() {
   echo "$want" >"$stamp"
 }
 
-cutlass_header_version() {
-  local h="$REPO/.deps/cutlass/include/cutlass/version.h"
-  [[ -f "$h" ]] || return 0
-  awk '/#define CUTLASS_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$h"
-}
-
-install_cutlass_headers() {
-  local dest="$REPO/.deps/cutlass/include"
-  # The wheel's fourth version field is packaging only; the headers say MAJOR.MINOR.PATCH.
-  if [[ "$(cutlass_header_version)" == "${CUTLASS_VERSION%.*}" ]]; then
-    log "CUTLASS: headers ${CUTLASS_VERSION%.*} present in .deps/cutlass/include"
-    return
-  fi
-  log "CUTLASS: fetching nvidia-cutlass==$CUTLASS_VERSION headers"
-  local tmp
-  tmp="$(mktemp -d)"
-  trap 'rm -rf "$tmp"' RETURN
-  "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps \
-    -d "$tmp" "nvidia-cutlass==$CUTLASS_VERSION"
-  unzip -q "$tmp"/nvidia_cutlass-*.whl 'cutlass_library/source/include/*' -d "$tmp/x"
-  rm -rf "$dest"
-  mkdir -p "$(dirname "$dest")"
-  cp -r "$tmp/x/cutlass_library/source/include" "$dest"
-}
-
 install_debian_packages
-install_python_packages
-install_cutlass_headers
+if ((BUILD_ONLY == 0)); then
+  install_python_packages
+fi
 log "done"

@@ -102,4 +102,17 @@ std::string cuda_device_name() {
   return prop.name;
 }
 
+std::string cuda_device_summary() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaGetDeviceProperties(&prop, device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // no sticky error for the library's later calls
+    return std::string("CUDA: ") + cudaGetErrorString(err);
+  }
+  return "CUDA sees " + std::string(prop.name) + ", compute capability " +
+         std::to_string(prop.major) + "." + std::to_string(prop.minor);
+}
+
 }  // namespace hopattn::bench

@@ -42,6 +42,9 @@ TimedRun time_on_host(HostTensors& tensors, const hopattn_forward_options& optio
 TimedRun time_on_sm90(HostTensors& tensors, const hopattn_forward_options& options, int warmup,
                       int iters);
 std::string cuda_device_name();
+// What the CUDA runtime sees: "CUDA sees NVIDIA A100-SXM4-80GB, compute capability 8.0", or
+// its error, e.g. "CUDA: no CUDA-capable device is detected".
+std::string cuda_device_summary();
 #endif
 
 }  // namespace hopattn::bench

@@ -33,6 +33,7 @@ struct Raw {
   float scale = 0.f;
   hopattn_backend backend = HOPATTN_BACKEND_AUTO;
   int iters = 0;
+  int warmup = -1;  // -1: the backend's default
   std::vector<int32_t> varlen;
 };
 
@@ -51,13 +52,62 @@ std::vector<std::string> split_list(const std::string& option, const std::string
   return items;
 }
 
-int64_t parse_positive(const std::string& option, const std::string& text) {
+int64_t parse_integer(const std::string& option, const std::string& text, int64_t min,
+                      const char* what) {
   char* end = nullptr;
   errno = 0;
   const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || errno != 0 || value <= 0)
-    fail(option, "must be a positive integer, got '" + text + "'");
+  if (end == text.c_str() || *end != '\0' || errno != 0 || value < min)
+    fail(option, std::string("must be a ") + what + ", got '" + text + "'");
   return value;
+}
+
+int64_t parse_positive(const std::string& option, const std::string& text) {
+  return parse_integer(option, text, 1, "positive integer");
+}
+
+int parse_count(const std::string& option, const std::string& text, int64_t min) {
+  const int64_t value =
+      parse_integer(option, text, min, min > 0 ? "positive integer" : "non-negative integer");
+  if (value > INT_MAX) fail(option, "must be at most " + std::to_string(INT_MAX));
+  return static_cast<int>(value);
+}
+
+// Optimal string alignment distance: edits, with a swap of two neighbours counting as one, so
+// that --warmpu is one step from --warmup.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The known options nearest to `given`: those it abbreviates, else the closest within a third
+// of its length (at least 2 edits); none when nothing is that close.
+std::vector<std::string> nearest_options(const std::string& given,
+                                         const std::vector<std::string>& known) {
+  std::vector<std::string> extended;
+  for (const std::string& name : known)
+    if (given.size() > 3 && name.rfind(given, 0) == 0) extended.push_back(name);
+  if (!extended.empty()) return extended;
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, given.size() / 3) + 1;
+  for (const std::string& name : known) {
+    const size_t distance = edit_distance(given, name);
+    if (distance < best_distance) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  return best.empty() ? std::vector<std::string>{} : std::vector<std::string>{best};
 }
 
 std::vector<int64_t> parse_positive_list(const std::string& option, const std::string& value) {
@@ -91,7 +141,7 @@ float parse_scale(const std::string& option, const std::string& text) {
 
 // Every case: the product of the listed values. Without --seqlen-k each case's seqlen_k is
 // its seqlen_q; --sweep adds the default sequence lengths and both mask modes.
-std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep) {
+std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep, hopattn_backend backend) {
   if (!raw.varlen.empty()) {
     const std::pair<const char*, bool> conflicts[] = {{"--batch", !raw.batch.empty()},
                                                       {"--seqlen-q", !raw.seqlen_q.empty()},
@@ -102,9 +152,6 @@ std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep) {
                                       " (the lengths give the batch)");
     }
   }
-  const hopattn_backend backend = raw.backend != HOPATTN_BACKEND_AUTO ? raw.backend
-                                  : sm90_runnable()                   ? HOPATTN_BACKEND_SM90
-                                                                      : HOPATTN_BACKEND_CPU;
   const BackendDefaults& d = backend == HOPATTN_BACKEND_SM90 ? kSm90Defaults : kCpuDefaults;
   auto or_default = [](const std::vector<int64_t>& given, std::vector<int64_t> fallback) {
     return given.empty() ? fallback : given;
@@ -134,7 +181,7 @@ std::vector<CaseSpec> expand_cases(const Raw& raw, bool sweep) {
                   c.causal = causal;
                   c.scale = raw.scale;
                   c.backend = backend;
-                  c.warmup = d.warmup;
+                  c.warmup = raw.warmup >= 0 ? raw.warmup : d.warmup;
                   c.iters = raw.iters > 0 ? raw.iters : d.iters;
                   if (!raw.varlen.empty()) {
                     c.varlen_lengths = raw.varlen;
@@ -168,7 +215,9 @@ Options parse_options(int argc, char** argv) {
       {"--heads", list_of(raw.heads)},
       {"--heads-kv", list_of(raw.heads_kv)},
       {"--head-dim", list_of(raw.head_dim)},
-      {"--iters", [&](auto& o, auto& v) { raw.iters = static_cast<int>(parse_positive(o, v)); }},
+      {"--iters", [&](auto& o, auto& v) { raw.iters = parse_count(o, v, 1); }},
+      {"--warmup", [&](auto& o, auto& v) { raw.warmup = parse_count(o, v, 0); }},
+      {"--threads", [&](auto& o, auto& v) { options.threads = parse_count(o, v, 1); }},
       {"--scale", [&](auto& o, auto& v) { raw.scale = parse_scale(o, v); }},
       {"--backend", [&](auto& o, auto& v) { raw.backend = parse_backend(o, v); }},
       {"--varlen", [&](auto& o, auto& v) { raw.varlen = parse_varlen(o, v); }},
@@ -177,10 +226,26 @@ Options parse_options(int argc, char** argv) {
          raw.dtype.clear();
          for (const std::string& item : split_list(o, v)) raw.dtype.push_back(parse_dtype(o, item));
        }},
-      {"--json", [&](auto& o, auto& v) {
+      {"--json",
+       [&](auto& o, auto& v) {
          if (v.empty()) fail(o, "needs a file name");
          options.json_path = v;
+       }},
+      {"--plot", [&](auto& o, auto& v) {
+         if (v.empty()) fail(o, "needs a file name");
+         options.plot_path = v;
        }}};
+  const auto unknown = [&](const std::string& option) {
+    if (option.empty() || option[0] != '-')
+      fail("'" + option + "'", "unexpected argument: options start with -- (see --help)");
+    std::vector<std::string> known;
+    for (const auto& entry : flags) known.push_back(entry.first);
+    for (const auto& entry : valued) known.push_back(entry.first);
+    std::string hint;
+    for (const std::string& name : nearest_options(option, known))
+      hint += (hint.empty() ? "; did you mean " : " or ") + name;
+    fail(option, "unknown option" + (hint.empty() ? "" : hint + "?") + " (see --help)");
+  };
 
   for (int i = 1; i < argc; ++i) {
     // --option=value and --option value are the same.
@@ -201,10 +266,16 @@ Options parse_options(int argc, char** argv) {
       }
       setter->second(option, value);
     } else {
-      fail(option, "unknown option (see --help)");
+      unknown(option);
     }
   }
-  if (!options.help) options.cases = expand_cases(raw, options.sweep);
+  if (options.help) return options;
+  options.backend = choose_backend(raw.backend);
+  if (options.threads > 0 && options.backend.backend != HOPATTN_BACKEND_CPU)
+    fail("--threads", "sets the CPU backend's threads, but the cases run on " +
+                          std::string(backend_label(options.backend.backend)) +
+                          " (add --backend cpu)");
+  options.cases = expand_cases(raw, options.sweep, options.backend.backend);
   return options;
 }
 
@@ -253,9 +324,17 @@ Times hopattn_forward and checks sampled output rows against a float64 reference
 Without options it runs the main job on the best available backend:
   sm90 (a Hopper GPU is visible): bf16, batch 2, seqlen 8192, heads 16, head_dim 128
   cpu  (otherwise):               bf16, batch 1, seqlen 2048, heads 16, head_dim 128
-Inputs are N(0,1). Time is the median over --iters runs after warm-up runs (3 on sm90,
-timed with CUDA events; 1 on cpu, timed with steady_clock). Exit status: 0 all cases pass,
-1 a case failed its check or produced NaN, 2 bad options, 3 the backend refused a case.
+The header says which backend runs and why. Inputs are N(0,1). Time is the median over
+--iters runs after --warmup runs (sm90: timed with CUDA events; cpu: with steady_clock).
+
+exit status (when several apply, the largest):
+  0  every case ran and passed its check
+  1  a case failed its check or its output holds NaN
+  2  bad option or value (nothing was run)
+  3  --json or --plot cannot be written (checked before any case runs), or python3 with
+     matplotlib is missing for --plot
+  4  the backend is unavailable (e.g. --backend sm90 without a Hopper GPU; nothing was run)
+     or the library refused a case
 
 options (those marked LIST take comma-separated values; every combination is run):
   --batch LIST          batch size
@@ -275,11 +354,22 @@ options (those marked LIST take comma-separated values; every combination is run
                         --batch, --seqlen-q, --seqlen-k or --sweep. FLOPs are summed per
                         sequence.
   --iters N             timed runs per case (default 20 on sm90, 5 on cpu)
+  --warmup N            untimed runs before them, 0 or more (default 3 on sm90, 1 on cpu)
+  --threads N           run the cpu backend on N of the CPUs this process may use (sets
+                        the process's CPU affinity before the library starts its threads;
+                        cpu backend only)
   --sweep               seqlen 1024, 2048, 4096 (unless --seqlen-q is given), each with and
                         without the causal mask (only with it if --causal is given);
                         progress on stderr
-  --json FILE           also write every case's parameters, times, FLOPs and errors, with
-                        the host, build, version, git commit and command line, to FILE
+  --json FILE           write JSON Lines to FILE: first a header object ("type": "header":
+                        host, build, version, git commit, command line, backend and why),
+                        then one object per case ("type": "case": parameters, times, FLOPs,
+                        errors, check), each written and flushed as its case finishes, so an
+                        interrupted run keeps the finished cases. FILE is opened (and
+                        truncated) before any case runs
+  --plot FILE           after the run, draw throughput against seqlen of the cases just run
+                        into the PNG FILE, with tools/plot_bench.py (python3 and matplotlib,
+                        both checked before any case runs)
   -h, --help            this text
 )";
 }

@@ -23,19 +23,38 @@ struct CaseSpec {
   int warmup = 0, iters = 0;
 };
 
+// The backend the cases run on; backend_reason (bench_run.hpp) says why.
+struct BackendChoice {
+  hopattn_backend backend = HOPATTN_BACKEND_CPU;  // resolved: never AUTO
+  bool requested = false;  // named by --backend rather than picked by auto
+  bool available = true;   // false only for a requested sm90 that this machine cannot run
+};
+
 struct Options {
   bool help = false;
   bool sweep = false;
-  std::string json_path;  // empty: no JSON file
+  std::string json_path;  // empty: no JSON Lines file
+  std::string plot_path;  // empty: no plot
+  int threads = 0;        // 0: every CPU the process may run on
+  BackendChoice backend;
   std::vector<CaseSpec> cases;
 };
 
 // Parses argv into options and the cases to run. Throws UsageError naming the option at
-// fault and what it allows.
+// fault and what it allows (for an unknown option, the nearest known one).
 Options parse_options(int argc, char** argv);
 
 struct UsageError {
   std::string message;
+};
+
+// The process's exit status, documented in --help; when several apply, the largest.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitFailedCheck = 1,   // a case's output failed the reference check or held NaN
+  kExitUsage = 2,         // bad option or value; nothing was run
+  kExitOutputError = 3,   // --json or --plot could not be written
+  kExitBackendError = 4,  // the backend is unavailable, or the library refused a case
 };
 
 const char* help_text();

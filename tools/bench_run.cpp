@@ -1,6 +1,9 @@
 #include "bench_run.hpp"
 
 #include <algorithm>
+#include <sched.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -170,15 +173,33 @@ void check_against_reference(const CaseSpec& s, HostTensors& t, CaseResult& r) {
            r.lse_max_abs_error <= kLseTolerance;
 }
 
-std::string sm90_unavailable_reason() {
-#ifdef HOPATTN_HAVE_CUDA
+// The library's line about sm90 in hopattn_build_info(): "sm90: not built", or "sm90: built;
+// ...; device: no compute capability 9.0 GPU visible".
+std::string sm90_build_line() {
   const std::string info = hopattn_build_info();
-  const size_t line = info.find("sm90");
-  return "the sm90 backend is unavailable (" +
-         (line == std::string::npos ? info : info.substr(line, info.find('\n', line) - line)) + ")";
+  const size_t begin = info.find("sm90:");
+  if (begin == std::string::npos) return "";
+  const size_t end = info.find('\n', begin);
+  return info.substr(begin, end == std::string::npos ? end : end - begin);
+}
+
+// Why the sm90 backend cannot run here, in the library's words where it has them.
+std::string sm90_why_not() {
+  const std::string line = sm90_build_line();
+  if (line.find("not built") != std::string::npos)
+    return "not in this build, configured without CUDA";
+#ifdef HOPATTN_HAVE_CUDA
+  const size_t device = line.find("device: ");
+  const std::string why = device == std::string::npos ? line : line.substr(device + 8);
+  // The library says only that no Hopper is visible; name what is.
+  return why + "; " + cuda_device_summary();
 #else
   return "hopattn-bench was built without the CUDA runtime (no CUDA compiler at configure time)";
 #endif
+}
+
+std::string sm90_unavailable_reason() {
+  return "the sm90 backend is unavailable: " + sm90_why_not();
 }
 
 double median(std::vector<double> v) {
@@ -232,6 +253,56 @@ bool sm90_runnable() {
 #else
   return false;
 #endif
+}
+
+BackendChoice choose_backend(hopattn_backend requested) {
+  BackendChoice choice;
+  choice.requested = requested != HOPATTN_BACKEND_AUTO;
+  if (requested == HOPATTN_BACKEND_SM90) {
+    choice.backend = HOPATTN_BACKEND_SM90;
+    choice.available = sm90_runnable();
+  } else if (requested == HOPATTN_BACKEND_CPU) {
+    choice.backend = HOPATTN_BACKEND_CPU;
+  } else {
+    choice.backend = sm90_runnable() ? HOPATTN_BACKEND_SM90 : HOPATTN_BACKEND_CPU;
+  }
+  return choice;
+}
+
+std::string backend_reason(const BackendChoice& choice) {
+  if (choice.backend == HOPATTN_BACKEND_CPU)
+    return choice.requested ? "cpu: asked for with --backend cpu"
+                            : "cpu: no Hopper GPU visible (sm90 backend: " + sm90_why_not() + ")";
+  if (!choice.available) return "sm90: " + sm90_unavailable_reason();
+  return choice.requested ? "sm90: asked for with --backend sm90"
+                          : "sm90: a compute capability 9.0 GPU is visible";
+}
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
+std::string limit_cpu_threads(int threads) {
+  cpu_set_t allowed, chosen;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return std::string("cannot read the CPU affinity: ") + std::strerror(errno);
+  const int available = CPU_COUNT(&allowed);
+  if (threads > available)
+    return std::to_string(threads) + " is more than the " + std::to_string(available) +
+           " CPUs this process may run on";
+  CPU_ZERO(&chosen);
+  for (int cpu = 0, taken = 0; cpu < CPU_SETSIZE && taken < threads; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) {
+      CPU_SET(cpu, &chosen);
+      ++taken;
+    }
+  }
+  // Threads started from here on (the library's pool) inherit this thread's mask.
+  if (sched_setaffinity(0, sizeof chosen, &chosen) != 0)
+    return std::string("cannot set the CPU affinity: ") + std::strerror(errno);
+  return "";
 }
 
 std::string device_name(hopattn_backend backend) {

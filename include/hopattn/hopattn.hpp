@@ -29,21 +29,58 @@ class Error : public std::runtime_error {
 };
 
 // A (batch, seqlen, heads, head_dim) view of memory the caller owns; strides in elements.
+// Tensor is a read-only view: q, k and v. MutableTensor, a Tensor whose memory may be written, is
+// the output o. Tensor::contiguous of a const pointer gives a Tensor, of a non-const one a
+// MutableTensor, so const inputs need no cast and a const buffer cannot be passed as the output.
+// Both are descriptors, copied freely: forward() takes o as a const reference, so
+// forward(q, k, v, Tensor::contiguous(o_ptr, ...)) works.
+struct MutableTensor;
+
 struct Tensor {
   hopattn_tensor raw{};
 
   Tensor() = default;
-  Tensor(void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen, int64_t heads,
+  Tensor(const void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen, int64_t heads,
          int64_t head_dim, int64_t batch_stride, int64_t seq_stride, int64_t head_stride)
-      : raw{data, dtype, batch, seqlen, heads, head_dim, batch_stride, seq_stride, head_stride} {}
+      // The C struct has one data field for inputs and outputs; the library never writes
+      // through an input's.
+      : raw{const_cast<void*>(data), dtype, batch, seqlen, heads, head_dim, batch_stride,
+            seq_stride, head_stride} {}
+
+  const void* data() const { return raw.data; }
 
   // Densely packed in (batch, seqlen, heads, head_dim) order.
-  static Tensor contiguous(void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen,
+  static Tensor contiguous(const void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen,
                            int64_t heads, int64_t head_dim) {
     return Tensor(data, dtype, batch, seqlen, heads, head_dim, seqlen * heads * head_dim,
                   heads * head_dim, head_dim);
   }
+  static inline MutableTensor contiguous(void* data, hopattn_dtype dtype, int64_t batch,
+                                         int64_t seqlen, int64_t heads, int64_t head_dim);
+  // A null pointer is neither const nor not (validation names it: "q.data is NULL").
+  static inline MutableTensor contiguous(std::nullptr_t, hopattn_dtype dtype, int64_t batch,
+                                         int64_t seqlen, int64_t heads, int64_t head_dim);
 };
+
+struct MutableTensor : Tensor {
+  MutableTensor() = default;
+  MutableTensor(void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen, int64_t heads,
+                int64_t head_dim, int64_t batch_stride, int64_t seq_stride, int64_t head_stride)
+      : Tensor(data, dtype, batch, seqlen, heads, head_dim, batch_stride, seq_stride,
+               head_stride) {}
+
+  void* data() const { return raw.data; }
+};
+
+inline MutableTensor Tensor::contiguous(void* data, hopattn_dtype dtype, int64_t batch,
+                                        int64_t seqlen, int64_t heads, int64_t head_dim) {
+  return MutableTensor(data, dtype, batch, seqlen, heads, head_dim, seqlen * heads * head_dim,
+                       heads * head_dim, head_dim);
+}
+inline MutableTensor Tensor::contiguous(std::nullptr_t, hopattn_dtype dtype, int64_t batch,
+                                        int64_t seqlen, int64_t heads, int64_t head_dim) {
+  return contiguous(static_cast<void*>(nullptr), dtype, batch, seqlen, heads, head_dim);
+}
 
 struct ForwardOptions {
   bool causal = false;
@@ -90,20 +127,22 @@ inline void check(hopattn_status status) {
 }
 
 // O = softmax(Q K^T * scale) V; lse, when given, receives (batch, heads_q, seqlen_q) float32.
-inline void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o,
+inline void forward(const Tensor& q, const Tensor& k, const Tensor& v, const MutableTensor& o,
                     float* lse = nullptr, const ForwardOptions& options = {}) {
   const hopattn_forward_options c_options = options.to_c();
-  check(hopattn_forward(&q.raw, &k.raw, &v.raw, &o.raw, lse, &c_options));
+  hopattn_tensor c_o = o.raw;
+  check(hopattn_forward(&q.raw, &k.raw, &v.raw, &c_o, lse, &c_options));
 }
 
 // The variable-length form: q, k, v, o of batch 1 packed as `varlen` says; lse, when given,
 // receives (heads_q, total_q) float32.
-inline void forward_varlen(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o,
-                           const Varlen& varlen, float* lse = nullptr,
+inline void forward_varlen(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const MutableTensor& o, const Varlen& varlen, float* lse = nullptr,
                            const ForwardOptions& options = {}) {
   const hopattn_forward_options c_options = options.to_c();
   const hopattn_varlen c_varlen = varlen.to_c();
-  check(hopattn_forward_varlen(&q.raw, &k.raw, &v.raw, &o.raw, lse, &c_varlen, &c_options));
+  hopattn_tensor c_o = o.raw;
+  check(hopattn_forward_varlen(&q.raw, &k.raw, &v.raw, &c_o, lse, &c_varlen, &c_options));
 }
 
 // Bytes of workspace forward (varlen null) or forward_varlen would need.

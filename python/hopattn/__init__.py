@@ -1,17 +1,22 @@
 """hopattn: fused attention through the library's C ABI (see include/hopattn/hopattn.h)."""
 
 from ._ctypes_api import Backend, DType, Status
+from ._errors import HopattnError, InvalidArgumentError, InvalidTypeError
+from ._frontend import type_name as _type_name
 from ._lib import library
-from ._errors import HopattnError, InvalidArgumentError
+from ._version import __version__
 from .attention import attention
 from .varlen import attention_varlen
 
-__all__ = ["attention", "attention_varlen", "HopattnError", "InvalidArgumentError", "Status",
-           "DType", "Backend", "version", "build_info", "backend_available"]
+__all__ = ["attention", "attention_varlen", "HopattnError", "InvalidArgumentError",
+           "InvalidTypeError", "Status", "DType", "Backend", "version", "build_info",
+           "backend_available", "__version__"]
+
+_BACKENDS = {"cpu": Backend.CPU, "sm90": Backend.SM90}
 
 
 def version() -> str:
-    """The library's "MAJOR.MINOR.PATCH"."""
+    """The loaded library's "MAJOR.MINOR.PATCH" (the package's is hopattn.__version__)."""
     return library().hopattn_version().decode()
 
 
@@ -22,8 +27,11 @@ def build_info() -> str:
 
 def backend_available(name: str) -> bool:
     """Whether the backend ("cpu" or "sm90") is built in and, for sm90, a Hopper GPU is visible."""
-    backends = {"cpu": Backend.CPU, "sm90": Backend.SM90}
-    backend = backends.get(str(name).lower())
+    if not isinstance(name, str):
+        raise InvalidTypeError(f"name must be a str, one of {', '.join(_BACKENDS)}; got "
+                               f"{_type_name(name)}")
+    backend = _BACKENDS.get(name.lower())
     if backend is None:
-        raise ValueError(f"name: unknown backend {name!r}; allowed: {', '.join(backends)}")
+        raise InvalidArgumentError(f"name: unknown backend {name!r}; allowed: "
+                                   f"{', '.join(_BACKENDS)}")
     return bool(library().hopattn_backend_available(backend))

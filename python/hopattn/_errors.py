@@ -1,25 +1,58 @@
-"""The exceptions a failed library call raises, carrying the library's own message."""
+"""The one error model of the package.
+
+Every error hopattn raises for a call is a HopattnError (a RuntimeError) with .status and
+.message. A malformed call, whether Python or the library finds it, is an InvalidArgumentError
+(also a ValueError); an argument of the wrong type or dtype is its subclass InvalidTypeError
+(also a TypeError), so `except ValueError` and `except TypeError` keep working as in NumPy and
+PyTorch. Messages use the Python argument names: `scale`, `cu_seqlens_q`, never the C fields.
+"""
 
 from ._ctypes_api import Status
 from ._lib import library
 
 
 class HopattnError(RuntimeError):
-    """A failed library call: .status (a Status) and .message (the library's text)."""
+    """A failed call: .status (a Status) and .message (the text, naming the argument at fault)."""
 
     def __init__(self, status: int, message: str):
         self.status = Status(status)
         self.message = message
         super().__init__(f"{self.status.name}: {message}")
 
+    def __reduce__(self):
+        return HopattnError, (int(self.status), self.message)
+
 
 class InvalidArgumentError(HopattnError, ValueError):
-    """The call was malformed (HOPATTN_ERROR_INVALID_ARGUMENT); also a ValueError."""
+    """A malformed call (status INVALID_ARGUMENT); also a ValueError."""
+
+    def __init__(self, message: str):
+        super().__init__(Status.INVALID_ARGUMENT, message)
+
+    def __reduce__(self):
+        return type(self), (self.message,)
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type or dtype (a list for q, float64, causal="no"); also a
+    TypeError."""
+
+
+# The library names some arguments by their C spelling; a Python caller passes them as keyword
+# arguments of their own (hopattn_varlen's fields are attention_varlen's parameters).
+_C_SPELLINGS = (("varlen->", ""),)
+
+
+def python_message(message: str) -> str:
+    for c_spelling, python_spelling in _C_SPELLINGS:
+        message = message.replace(c_spelling, python_spelling)
+    return message
 
 
 def raise_on_error(status: int) -> None:
     if status == Status.OK:
         return
-    message = library().hopattn_last_error().decode()
-    cls = InvalidArgumentError if status == Status.INVALID_ARGUMENT else HopattnError
-    raise cls(status, message)
+    message = python_message(library().hopattn_last_error().decode())
+    if status == Status.INVALID_ARGUMENT:
+        raise InvalidArgumentError(message)
+    raise HopattnError(status, message)

@@ -1,62 +1,161 @@
 """Describes the caller's NumPy arrays or PyTorch tensors to the C ABI, for every operation.
 
 A frontend is picked by the type of q; every other argument must be of the same kind, in the same
-memory space. It only describes memory and allocates outputs: shapes, dtypes, head counts and the
-backend's limits are checked by the library, in one place, and its message (which names the
-argument at fault) is raised as HopattnError.
+memory space. It describes memory, allocates outputs and checks what only Python can see: the
+types of the arguments, the caller's layout of the axes, and the dtypes by their Python names.
+Sizes, head counts, strides and the backends' limits are checked by the library, in one place,
+and its message (which names the argument at fault) is raised as HopattnError.
 """
 
 import contextlib
 import ctypes
+import math
+import numbers
 import operator
+import reprlib
 import sys
 
 import numpy as np
 
 from ._ctypes_api import Backend, DType, ForwardOptions, Tensor, default_forward_options
+from ._errors import InvalidArgumentError, InvalidTypeError
 from ._lib import library
 
-# Names of the dimensions of each tensor layout, for the rank check's message. A packed layout
-# (FlashAttention's varlen) is the ABI's (1, total, heads, head_dim).
-FIXED = ("batch", "seqlen", "heads", "head_dim")
-PACKED_Q = ("total_q", "heads", "head_dim")
-PACKED_K = ("total_k", "heads", "head_dim")
+
+class Layout:
+    """How the axes of a caller's tensor map onto the ABI's (batch, seqlen, heads, head_dim).
+
+    dims names the caller's axes in order; abi_axes gives, for each of the ABI's seqlen, heads and
+    head_dim, the caller's axis that holds it, and for batch the axis or None: a packed layout
+    (FlashAttention's varlen) is the ABI's (1, total, heads, head_dim).
+    """
+
+    def __init__(self, dims, abi_axes, described_as, other_rank_hint):
+        self.dims = dims
+        self.abi_axes = abi_axes
+        self.described_as = described_as
+        self.other_rank_hint = other_rank_hint
+
+    def to_abi(self, name, shape, strides):
+        """(shape, strides) in the ABI's order, after checking rank and sizes in these names."""
+        shape, strides = tuple(shape), tuple(strides)
+        if len(shape) != len(self.dims):
+            other_rank = 3 if len(self.dims) == 4 else 4
+            hint = self.other_rank_hint if len(shape) == other_rank else ""
+            raise InvalidArgumentError(
+                f"{name}: expected {len(self.dims)} dimensions ({', '.join(self.dims)})"
+                f"{self.described_as}, got shape {shape}{hint}")
+        for dim, size in zip(self.dims, shape):
+            # Checked here, not only by the library: an empty torch tensor has no data pointer,
+            # and the library would report that first.
+            if size == 0:
+                raise InvalidArgumentError(f"{name}: {dim} is 0 (shape {shape}); every dimension "
+                                           "must be > 0")
+        batch_axis, *axes = self.abi_axes
+        if batch_axis is None:
+            # A batch of one: its batch_stride is never stepped, so the packed extent will do.
+            abi_shape = (1, *(shape[a] for a in axes))
+            abi_strides = (shape[0] * strides[0], *(strides[a] for a in axes))
+        else:
+            abi_shape = tuple(shape[a] for a in self.abi_axes)
+            abi_strides = tuple(strides[a] for a in self.abi_axes)
+        return abi_shape, abi_strides
+
+
+_TO_VARLEN = "; a packed variable-length batch goes to hopattn.attention_varlen"
+_TO_FIXED = "; a (batch, seqlen, heads, head_dim) batch goes to hopattn.attention"
+
+# attention(layout=...): the ABI's own order, and PyTorch SDPA's (batch, heads, seqlen, head_dim).
+LAYOUTS = {
+    "bshd": Layout(("batch", "seqlen", "heads", "head_dim"), (0, 1, 2, 3),
+                   " for layout='bshd'", _TO_VARLEN),
+    "bhsd": Layout(("batch", "heads", "seqlen", "head_dim"), (0, 2, 1, 3),
+                   " for layout='bhsd'", _TO_VARLEN),
+}
+FIXED = LAYOUTS["bshd"]
+PACKED_Q = Layout(("total_q", "heads", "head_dim"), (None, 0, 1, 2), "", _TO_FIXED)
+PACKED_K = Layout(("total_k", "heads", "head_dim"), (None, 0, 1, 2), "", _TO_FIXED)
 
 _NUMPY_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16": DType.BFLOAT16}
 _TORCH_DTYPES = {"torch.float32": DType.FLOAT32, "torch.float16": DType.FLOAT16,
                  "torch.bfloat16": DType.BFLOAT16}
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+_SCALE_RULE = "scale must be a positive finite float, or None for 1/sqrt(head_dim)"
 
 
-def describe(name, data_ptr, dtype, shape, strides, layout) -> Tensor:
-    if len(shape) != len(layout):
-        raise ValueError(f"{name}: expected {len(layout)} dimensions ({', '.join(layout)}), "
-                         f"got shape {tuple(shape)}")
-    shape, strides = tuple(shape), tuple(strides)
-    if len(layout) == 3:
-        # A batch of one: its batch_stride is never stepped, so the packed extent will do.
-        shape, strides = (1, *shape), (shape[0] * strides[0], *strides)
-    return Tensor(data_ptr, dtype, *shape, *strides[:3])
+def type_name(value) -> str:
+    """"numpy.ndarray", "torch.Tensor", "list": the name a Python user knows the type by."""
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def layout_of(layout) -> Layout:
+    if not isinstance(layout, str):
+        raise InvalidTypeError(f"layout must be the str 'bshd' or 'bhsd', got {type_name(layout)} "
+                               f"{reprlib.repr(layout)}")
+    found = LAYOUTS.get(layout)
+    if found is None:
+        raise InvalidArgumentError(
+            f"layout is {reprlib.repr(layout)}; allowed: 'bshd' (batch, seqlen, heads, head_dim) "
+            "and 'bhsd' (batch, heads, seqlen, head_dim), PyTorch SDPA's layout")
+    return found
+
+
+def as_flag(name, value) -> bool:
+    """A bool (or NumPy bool); anything else, truthy or not, is refused."""
+    if not _is_bool(value):
+        raise InvalidTypeError(f"{name} must be a bool (True or False), got {type_name(value)} "
+                               f"{reprlib.repr(value)}")
+    return bool(value)
 
 
 def as_int(name, value) -> int:
     """A Python int from an int-like (int, NumPy integer); bools and floats are refused."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if _is_bool(value):
+        raise InvalidTypeError(f"{name}: expected an int, got {type_name(value)}")
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
+        raise InvalidTypeError(f"{name}: expected an int, got {type_name(value)}") from None
     if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"{name}: {value} does not fit in int64")
+        raise InvalidArgumentError(f"{name}: {value} does not fit in int64")
     return value
 
 
-def check_scale(scale) -> float:
-    if scale is not None and scale == 0:
-        raise ValueError("scale: 0 is not allowed (the C ABI reads 0 as the default "
-                         "1/sqrt(head_dim)); pass scale=None for the default")
-    return 0.0 if scale is None else float(scale)
+def as_softmax_scale(scale) -> float:
+    """The ABI's softmax_scale (a float32; 0 means 1/sqrt(head_dim)) for Python's scale."""
+    if scale is None:
+        return 0.0
+    if _is_bool(scale) or not isinstance(scale, numbers.Real):
+        raise InvalidTypeError(f"{_SCALE_RULE}; got {type_name(scale)} {reprlib.repr(scale)}")
+    try:
+        value = float(scale)
+    except OverflowError:  # an int past float64's range
+        value = math.inf
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidArgumentError(f"{_SCALE_RULE}; got {reprlib.repr(scale)}")
+    as_float32 = ctypes.c_float(value).value
+    # Past float32's range the ABI would see inf, or 0, which it reads as the default.
+    if not (math.isfinite(as_float32) and as_float32 > 0):
+        raise InvalidArgumentError(f"{_SCALE_RULE}; got {reprlib.repr(scale)}, which is "
+                                   f"{as_float32} in float32, the precision the library uses")
+    return value
+
+
+def check_qkv(q, k, v):
+    """What the library would also refuse, said in the caller's terms: one dtype by its Python
+    name, and v's shape in the caller's axis order."""
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise InvalidTypeError(f"{name}: dtype {x.dtype}, but q is {q.dtype}; q, k and v "
+                                   "must share one dtype")
+    if tuple(v.shape) != tuple(k.shape):
+        raise InvalidArgumentError(f"v: shape {tuple(v.shape)}, but k has shape "
+                                   f"{tuple(k.shape)}; v must have k's shape")
 
 
 class NumpyFrontend:
@@ -68,7 +167,7 @@ class NumpyFrontend:
         if not isinstance(array, np.ndarray):
             expected = ("a numpy.ndarray or torch.Tensor" if name == "q"
                         else "a numpy.ndarray like q")
-            raise TypeError(f"{name}: expected {expected}, got {type(array).__name__}")
+            raise InvalidTypeError(f"{name}: expected {expected}, got {type_name(array)}")
         return array
 
     def input(self, name, array, layout):
@@ -87,19 +186,20 @@ class NumpyFrontend:
     def tensor(self, name, array, layout) -> Tensor:
         dtype = _NUMPY_DTYPES.get(array.dtype.name)  # bfloat16 from ml_dtypes: no import needed
         if dtype is None:
-            raise TypeError(f"{name}: dtype {array.dtype} is not supported; use float32, float16 "
-                            "or bfloat16 (ml_dtypes)")
+            raise InvalidTypeError(f"{name}: dtype {array.dtype} is not supported; use float32, "
+                                   "float16 or bfloat16 (ml_dtypes)")
         strides = [s // array.itemsize for s in array.strides]
-        return describe(name, array.ctypes.data, dtype, array.shape, strides, layout)
+        shape, strides = layout.to_abi(name, array.shape, strides)
+        return Tensor(array.ctypes.data, dtype, *shape, *strides[:3])
 
     def int32_vector(self, name, array):
         """(array to keep alive for the call, its address): a 1-D int32 array such as cu_seqlens."""
         array = self.array(name, array)
         if array.dtype != np.int32:
-            raise TypeError(f"{name}: dtype {array.dtype} is not supported; it must be int32 "
-                            "(convert with .astype(numpy.int32))")
+            raise InvalidTypeError(f"{name}: dtype {array.dtype} is not supported; it must be "
+                                   "int32 (convert with .astype(numpy.int32))")
         if array.ndim != 1:
-            raise ValueError(f"{name}: expected 1 dimension, got shape {array.shape}")
+            raise InvalidArgumentError(f"{name}: expected 1 dimension, got shape {array.shape}")
         array = np.ascontiguousarray(array)
         return array, array.ctypes.data
 
@@ -113,9 +213,9 @@ class NumpyFrontend:
         return array.ctypes.data
 
     @contextlib.contextmanager
-    def options(self, causal, scale):
+    def options(self, causal, softmax_scale):
         """Options for a call made inside the block."""
-        yield _options(causal, scale, self.backend)
+        yield _options(causal, softmax_scale, self.backend)
 
 
 class TorchFrontend:
@@ -126,45 +226,49 @@ class TorchFrontend:
         self.torch = torch
         self.device = q.device
         if self.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"q: device {q.device} is not supported; use a CPU or CUDA tensor")
+            raise InvalidArgumentError(f"q: device {q.device} is not supported; use a CPU or "
+                                       "CUDA tensor")
         self.on_cuda = self.device.type == "cuda"
         self.backend = Backend.SM90 if self.on_cuda else Backend.CPU
 
     def array(self, name, t):
         if not isinstance(t, self.torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor like q, got {type(t).__name__}")
+            raise InvalidTypeError(f"{name}: expected a torch.Tensor like q, got {type_name(t)}")
         if t.device != self.device:
-            raise ValueError(f"{name}: on {t.device}, but q is on {self.device}")
+            raise InvalidArgumentError(f"{name}: on {t.device}, but q is on {self.device}")
         return t
 
     def input(self, name, t, layout):
         t = self.array(name, t)
-        if t.dim() > 0 and t.stride(-1) != 1:
+        if t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
             if self.on_cuda:
                 # A device copy would be a hidden allocation and launch on the caller's stream.
-                raise ValueError(f"{name}: head_dim must be contiguous (stride 1) for CUDA "
-                                 f"tensors, got stride {t.stride(-1)}; call .contiguous() first")
+                raise InvalidArgumentError(
+                    f"{name}: head_dim must be contiguous (stride 1) for CUDA tensors, got stride "
+                    f"{t.stride(-1)}; call .contiguous() first")
             t = t.contiguous()
         return t, self.tensor(name, t, layout)
 
     def tensor(self, name, t, layout) -> Tensor:
         dtype = _TORCH_DTYPES.get(str(t.dtype))
         if dtype is None:
-            raise TypeError(f"{name}: dtype {t.dtype} is not supported; use torch.float32, "
-                            "torch.float16 or torch.bfloat16")
-        return describe(name, t.data_ptr(), dtype, t.shape, t.stride(), layout)
+            raise InvalidTypeError(f"{name}: dtype {t.dtype} is not supported; use "
+                                   "torch.float32, torch.float16 or torch.bfloat16")
+        shape, strides = layout.to_abi(name, t.shape, t.stride())
+        return Tensor(t.data_ptr(), dtype, *shape, *strides[:3])
 
     def int32_vector(self, name, t):
         t = self.array(name, t)
         if t.dtype != self.torch.int32:
-            raise TypeError(f"{name}: dtype {t.dtype} is not supported; it must be torch.int32 "
-                            "(convert with .to(torch.int32))")
+            raise InvalidTypeError(f"{name}: dtype {t.dtype} is not supported; it must be "
+                                   "torch.int32 (convert with .to(torch.int32))")
         if t.dim() != 1:
-            raise ValueError(f"{name}: expected 1 dimension, got shape {tuple(t.shape)}")
+            raise InvalidArgumentError(f"{name}: expected 1 dimension, got shape "
+                                       f"{tuple(t.shape)}")
         if t.numel() > 1 and t.stride(0) != 1:
             if self.on_cuda:
-                raise ValueError(f"{name}: must be contiguous for CUDA tensors, got stride "
-                                 f"{t.stride(0)}; call .contiguous() first")
+                raise InvalidArgumentError(f"{name}: must be contiguous for CUDA tensors, got "
+                                           f"stride {t.stride(0)}; call .contiguous() first")
             t = t.contiguous()
         return t, t.data_ptr()
 
@@ -180,20 +284,21 @@ class TorchFrontend:
         return t.data_ptr()
 
     @contextlib.contextmanager
-    def options(self, causal, scale):
+    def options(self, causal, softmax_scale):
         if not self.on_cuda:
-            yield _options(causal, scale, self.backend)
+            yield _options(causal, softmax_scale, self.backend)
             return
         cuda = self.torch.cuda
         with cuda.device(self.device):
             stream = cuda.current_stream(self.device).cuda_stream
-            yield _options(causal, scale, self.backend, stream)
+            yield _options(causal, softmax_scale, self.backend, stream)
 
 
-def _options(causal, scale, backend, stream=None) -> ForwardOptions:
+def _options(causal, softmax_scale, backend, stream=None) -> ForwardOptions:
+    """causal and softmax_scale as checked by as_flag and as_softmax_scale."""
     options = default_forward_options(library())
     options.causal = 1 if causal else 0
-    options.softmax_scale = check_scale(scale)
+    options.softmax_scale = softmax_scale
     options.backend = backend
     options.cuda_stream = stream
     return options

@@ -13,7 +13,14 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = _PACKAGE_DIR.parent.parent
 
 
+def _in_repository() -> bool:
+    """Whether the package runs from python/ of a source checkout (an editable install)."""
+    return (_REPO_ROOT / "include" / "hopattn" / "hopattn.h").is_file()
+
+
 def _repo_build_candidates():
+    if not _in_repository():
+        return []
     build_dirs = [_REPO_ROOT / "build", *sorted(_REPO_ROOT.glob("build-*"))]
     found = [p for d in build_dirs if d.is_dir() for p in d.rglob(_LIB_NAME)]
     # Of several builds, the one built last is the one the developer is working on.
@@ -21,7 +28,8 @@ def _repo_build_candidates():
 
 
 def find_library() -> Path:
-    """The library to load: $HOPATTN_LIBRARY, then hopattn/lib/, then the repo's build dirs."""
+    """The library to load: $HOPATTN_LIBRARY, then the wheel's hopattn/lib/, then (in a source
+    checkout) the repository's build dirs."""
     env = os.environ.get("HOPATTN_LIBRARY")
     if env:
         path = Path(env)
@@ -34,11 +42,16 @@ def find_library() -> Path:
     built = _repo_build_candidates()
     if built:
         return built[0]
+    if _in_repository():
+        raise OSError(
+            f"{_LIB_NAME} not found. Looked in $HOPATTN_LIBRARY (unset), {_PACKAGE_DIR / 'lib'}, "
+            f"and {_REPO_ROOT}/build*/. Build the library (bash scripts/test.sh, or "
+            "cmake -S . -B build -G Ninja && cmake --build build), install the wheel "
+            "(pip install . in the repository), or set HOPATTN_LIBRARY to its path.")
     raise OSError(
-        f"{_LIB_NAME} not found. Looked in $HOPATTN_LIBRARY (unset), {_PACKAGE_DIR / 'lib'}, "
-        f"and {_REPO_ROOT}/build*/. Build the library (bash scripts/test.sh, or "
-        "cmake -S . -B build -G Ninja && cmake --build build) or set HOPATTN_LIBRARY to its path."
-    )
+        f"{_LIB_NAME} not found: this hopattn install has none in {_PACKAGE_DIR / 'lib'} and "
+        "$HOPATTN_LIBRARY is unset. Install the wheel built from the repository root "
+        "(pip install .), which bundles the library, or set HOPATTN_LIBRARY to its path.")
 
 
 @functools.lru_cache(maxsize=None)

@@ -8,8 +8,9 @@ space); the library checks the rest and, on the CPU backend, the prefix sums the
 import ctypes
 
 from ._ctypes_api import default_varlen
-from ._errors import raise_on_error
-from ._frontend import PACKED_K, PACKED_Q, as_int, frontend_for
+from ._errors import InvalidArgumentError, raise_on_error
+from ._frontend import (PACKED_K, PACKED_Q, as_flag, as_int, as_softmax_scale, check_qkv,
+                        frontend_for)
 from ._lib import library
 
 __all__ = ["attention_varlen"]
@@ -30,25 +31,33 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     seqused_k: None, or int32 1-D of batch entries: sequence b attends only to the first
         seqused_k[b] of its keys.
 
-    causal: per sequence, query i sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right
-        aligned); a row that sees no key gets zeros and LSE = -inf.
-    scale: multiplies q k^T; None means 1/sqrt(head_dim).
-    return_lse: also return the float32 log-sum-exp of each score row, (heads_q, total_q).
+    causal: a bool. Per sequence, query i sees key j iff j <= i + seqlen_k - seqlen_q
+        (bottom-right aligned); a row that sees no key gets zeros and LSE = -inf.
+    scale: a positive finite float multiplying q k^T, or None for 1/sqrt(head_dim).
+    return_lse: a bool: also return the float32 log-sum-exp of each score row, (heads_q, total_q).
 
     Backends, strides and errors as hopattn.attention. On CUDA, metadata that contradicts
     the tensors gives wrong results for the sequences it describes, never an access outside them.
     Returns o (total_q, heads_q, head_dim, q's dtype and device), or (o, lse).
     """
+    causal = as_flag("causal", causal)
+    return_lse = as_flag("return_lse", return_lse)
+    softmax_scale = as_softmax_scale(scale)
     fe = frontend_for(q)
     (q, tq), (k, tk), (v, tv) = (fe.input(n, x, layout) for n, x, layout in (
         ("q", q, PACKED_Q), ("k", k, PACKED_K), ("v", v, PACKED_K)))
+    check_qkv(q, k, v)
     cu_q, cu_q_ptr = fe.int32_vector("cu_seqlens_q", cu_seqlens_q)
     cu_k, cu_k_ptr = fe.int32_vector("cu_seqlens_k", cu_seqlens_k)
     if len(cu_q) == 0:
-        raise ValueError("cu_seqlens_q: empty; it must hold batch + 1 prefix sums, starting with 0")
+        raise InvalidArgumentError("cu_seqlens_q: empty; it must hold batch + 1 prefix sums, "
+                                   "starting with 0")
+    if len(cu_q) == 1:
+        raise InvalidArgumentError("cu_seqlens_q: 1 entry; it must hold batch + 1 prefix sums "
+                                   "for a batch of at least one sequence, e.g. [0, total_q]")
     if len(cu_k) != len(cu_q):
-        raise ValueError(f"cu_seqlens_k: {len(cu_k)} entries but cu_seqlens_q has {len(cu_q)}; "
-                         "both hold batch + 1 prefix sums")
+        raise InvalidArgumentError(f"cu_seqlens_k: {len(cu_k)} entries but cu_seqlens_q has "
+                                   f"{len(cu_q)}; both hold batch + 1 prefix sums")
     batch = len(cu_q) - 1
     varlen = default_varlen(library())
     varlen.batch = batch
@@ -59,13 +68,14 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if seqused_k is not None:
         used_k, varlen.seqused_k = fe.int32_vector("seqused_k", seqused_k)
         if len(used_k) != batch:
-            raise ValueError(f"seqused_k: {len(used_k)} entries, but cu_seqlens_q describes "
-                             f"{batch} sequences; it must hold one count per sequence")
+            raise InvalidArgumentError(f"seqused_k: {len(used_k)} entries, but cu_seqlens_q "
+                                       f"describes {batch} sequences; it must hold one count "
+                                       "per sequence")
 
     out = fe.empty(q.shape, like=q)
     lse = fe.empty_float32((tq.heads, tq.seqlen)) if return_lse else None
     to = fe.tensor("o", out, PACKED_Q)
-    with fe.options(causal, scale) as options:
+    with fe.options(causal, softmax_scale) as options:
         status = library().hopattn_forward_varlen(
             ctypes.byref(tq), ctypes.byref(tk), ctypes.byref(tv), ctypes.byref(to),
             None if lse is None else fe.address(lse), ctypes.byref(varlen),

@@ -225,7 +225,7 @@ TEST(CppApi, ForwardMatchesTheReference) {
   const Tensor q = Tensor::contiguous(p.q.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
   const Tensor k = Tensor::contiguous(p.k.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
   const Tensor v = Tensor::contiguous(p.v.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
-  Tensor o = Tensor::contiguous(p.o.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
+  MutableTensor o = Tensor::contiguous(p.o.data(), HOPATTN_DTYPE_FLOAT32, 2, 8, 2, 16);
   std::vector<float> lse(2 * 2 * 8);
   ForwardOptions options;
   options.causal = true;
@@ -256,7 +256,8 @@ TEST(CppApi, ForwardMatchesTheReference) {
 
 TEST(CppApi, FailuresThrowErrorWithStatusAndMessage) {
   SmallProblem p(8);
-  Tensor q{}, k{}, v{}, o{};
+  Tensor q{}, k{}, v{};
+  MutableTensor o{};
   q.raw = p.tq;
   k.raw = p.tk;
   v.raw = p.tv;
@@ -284,7 +285,7 @@ TEST(CppApi, ForwardVarlenMatchesTheFixedLengthCall) {
   options.causal = true;
   options.backend = HOPATTN_BACKEND_CPU;
   const auto f32 = HOPATTN_DTYPE_FLOAT32;
-  Tensor o = Tensor::contiguous(o_fixed.data(), f32, 2, 8, 2, 16);
+  MutableTensor o = Tensor::contiguous(o_fixed.data(), f32, 2, 8, 2, 16);
   forward(Tensor::contiguous(p.q.data(), f32, 2, 8, 2, 16),
           Tensor::contiguous(p.k.data(), f32, 2, 8, 2, 16),
           Tensor::contiguous(p.v.data(), f32, 2, 8, 2, 16), o, nullptr, options);
@@ -296,7 +297,7 @@ TEST(CppApi, ForwardVarlenMatchesTheFixedLengthCall) {
   const Tensor q = Tensor::contiguous(p.q.data(), f32, 1, 16, 2, 16);
   const Tensor k = Tensor::contiguous(p.k.data(), f32, 1, 16, 2, 16);
   const Tensor v = Tensor::contiguous(p.v.data(), f32, 1, 16, 2, 16);
-  Tensor packed_o = Tensor::contiguous(o_varlen.data(), f32, 1, 16, 2, 16);
+  MutableTensor packed_o = Tensor::contiguous(o_varlen.data(), f32, 1, 16, 2, 16);
   forward_varlen(q, k, v, packed_o, varlen, nullptr, options);
   EXPECT_EQ(o_varlen, o_fixed);
   EXPECT_EQ(forward_workspace_size(q, k, v, &varlen, options), 0u);

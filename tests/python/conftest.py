@@ -50,3 +50,9 @@ def hopper_skip_reason(torch):
     if not hopattn.backend_available("sm90"):
         return "this libhopattn build has no SM90 backend: " + hopattn.build_info()
     return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "wheel: builds and installs the wheel (about 15 s); HOPATTN_SKIP_WHEEL_TEST=1 "
+                   "skips it outside CI")

@@ -50,10 +50,75 @@ def test_cpu_packed_qkv_view():
     check(out, lse, q, k, v, causal=True)
 
 
+def test_numpy_with_torch_is_refused():
+    q, k, v = random_qkv((1, 8, 2, 64), (1, 8, 2, 64), torch.float32, "cpu")
+    with pytest.raises(hopattn.InvalidTypeError,
+                       match="^INVALID_ARGUMENT: k: expected a torch.Tensor like q, got numpy.ndarray$"):
+        hopattn.attention(q, k.numpy(), v)
+    with pytest.raises(hopattn.InvalidTypeError,
+                       match="^INVALID_ARGUMENT: k: expected a numpy.ndarray like q, got torch.Tensor$"):
+        hopattn.attention(q.numpy(), k, v.numpy())
+
+
 def test_device_mismatch_is_refused():
     q, k, v = random_qkv((1, 8, 2, 64), (1, 8, 2, 64), torch.float32, "cpu")
-    with pytest.raises(TypeError, match="k: expected a torch.Tensor"):
-        hopattn.attention(q, k.numpy(), v)
+    with pytest.raises(hopattn.InvalidArgumentError, match="v: on meta, but q is on cpu"):
+        hopattn.attention(q, k, v.to("meta"))
+
+
+def test_unsupported_dtype_is_a_type_error():
+    q, k, v = random_qkv((1, 8, 2, 64), (1, 8, 2, 64), torch.float64, "cpu")
+    with pytest.raises(hopattn.InvalidTypeError, match="q: dtype torch.float64 is not supported"):
+        hopattn.attention(q, k, v)
+    q, k, v = random_qkv((1, 8, 2, 64), (1, 8, 2, 64), torch.float32, "cpu")
+    with pytest.raises(hopattn.InvalidTypeError,
+                       match="k: dtype torch.float16, but q is torch.float32"):
+        hopattn.attention(q, k.half(), v)
+
+
+def test_empty_batch_says_what_numpy_says():
+    # An empty tensor has no data pointer: the message must still be about the shape.
+    q, k, v = random_qkv((0, 8, 2, 64), (0, 8, 2, 64), torch.float32, "cpu")
+    messages = []
+    for args in ((q, k, v), (q.numpy(), k.numpy(), v.numpy())):
+        with pytest.raises(hopattn.InvalidArgumentError) as err:
+            hopattn.attention(*args)
+        messages.append(err.value.message)
+    assert messages[0] == messages[1] == (
+        "q: batch is 0 (shape (0, 8, 2, 64)); every dimension must be > 0")
+
+
+def test_wrong_rank_is_an_invalid_argument_error():
+    q, k, v = random_qkv((1, 8, 2, 64), (1, 8, 2, 64), torch.float32, "cpu")
+    with pytest.raises(hopattn.InvalidArgumentError, match="q: expected 4 dimensions"):
+        hopattn.attention(q[0], k, v)
+
+
+def sdpa(q, k, v, causal):
+    """torch.nn.functional.scaled_dot_product_attention, with the kv heads repeated for GQA."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+# SDPA's causal mask is aligned top-left, ours bottom-right: they agree when seqlen_q == seqlen_k.
+@pytest.mark.parametrize("causal, seqlen_q, seqlen_k",
+                         [(False, 30, 45), (False, 16, 16), (True, 33, 33)])
+@pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (4, 2)], ids=["mha", "gqa"])
+def test_bhsd_matches_sdpa(causal, seqlen_q, seqlen_k, heads_q, heads_kv):
+    q, k, v = random_qkv((2, heads_q, seqlen_q, 64), (2, heads_kv, seqlen_k, 64), torch.float32,
+                         "cpu")
+    out = hopattn.attention(q, k, v, causal=causal, layout="bhsd")
+    assert out.shape == q.shape and out.is_contiguous()
+    torch.testing.assert_close(out, sdpa(q, k, v, causal), rtol=0, atol=2e-5)
+
+
+def test_bhsd_is_not_misread_when_heads_equal_seqlen():
+    q, k, v = random_qkv((2, 8, 8, 64), (2, 8, 8, 64), torch.float32, "cpu")
+    expected = sdpa(q, k, v, causal=False)
+    torch.testing.assert_close(hopattn.attention(q, k, v, layout="bhsd"), expected, rtol=0,
+                               atol=2e-5)
+    assert (hopattn.attention(q, k, v) - expected).abs().max() > 0.1  # what bshd would read
 
 
 requires_hopper = pytest.mark.skipif(hopper_skip_reason(torch) is not None,
@@ -75,5 +140,5 @@ def test_cuda_tensors(dtype, causal, head_dim):
 def test_cuda_head_dim_must_be_contiguous():
     q = torch.randn(1, 16, 2, 128, device="cuda", dtype=torch.float16)[..., ::2]
     k = v = torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.float16)
-    with pytest.raises(ValueError, match="q: head_dim must be contiguous"):
+    with pytest.raises(hopattn.InvalidArgumentError, match="q: head_dim must be contiguous"):
         hopattn.attention(q, k, v)

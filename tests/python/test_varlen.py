@@ -134,69 +134,69 @@ def packed_inputs(lengths=((5, 6), (7, 3))):
 
 def test_int64_cu_seqlens_is_refused():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(TypeError, match="cu_seqlens_q: dtype int64 .*int32"):
+    with pytest.raises(hopattn.InvalidTypeError, match="cu_seqlens_q: dtype int64 .*int32"):
         hopattn.attention_varlen(q, k, v, cu_q.astype(np.int64), cu_k, max_q, max_k)
-    with pytest.raises(TypeError, match="cu_seqlens_k: dtype int64 .*int32"):
+    with pytest.raises(hopattn.InvalidTypeError, match="cu_seqlens_k: dtype int64 .*int32"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k.astype(np.int64), max_q, max_k)
-    with pytest.raises(TypeError, match="seqused_k: dtype int64 .*int32"):
+    with pytest.raises(hopattn.InvalidTypeError, match="seqused_k: dtype int64 .*int32"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k,
                                  seqused_k=np.array([6, 3], np.int64))
 
 
 def test_cu_seqlens_lengths_must_agree():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(ValueError, match="cu_seqlens_k: 2 entries but cu_seqlens_q has 3"):
+    with pytest.raises(hopattn.InvalidArgumentError, match="cu_seqlens_k: 2 entries but cu_seqlens_q has 3"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k[:2], max_q, max_k)
 
 
 def test_empty_cu_seqlens_is_refused():
     q, k, v, _, _, max_q, max_k = packed_inputs()
     empty = np.zeros(0, np.int32)
-    with pytest.raises(ValueError, match="cu_seqlens_q: empty"):
+    with pytest.raises(hopattn.InvalidArgumentError, match="cu_seqlens_q: empty"):
         hopattn.attention_varlen(q, k, v, empty, empty, max_q, max_k)
 
 
 def test_seqused_k_needs_one_entry_per_sequence():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(ValueError, match="seqused_k: 3 entries.* 2 sequences"):
+    with pytest.raises(hopattn.InvalidArgumentError, match="seqused_k: 3 entries.* 2 sequences"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k,
                                  seqused_k=np.array([1, 2, 3], np.int32))
 
 
 def test_cu_seqlens_must_be_one_dimensional():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(ValueError, match=r"cu_seqlens_q: expected 1 dimension, got shape \(1, 3\)"):
+    with pytest.raises(hopattn.InvalidArgumentError, match=r"cu_seqlens_q: expected 1 dimension, got shape \(1, 3\)"):
         hopattn.attention_varlen(q, k, v, cu_q[None], cu_k, max_q, max_k)
 
 
 def test_cu_seqlens_must_be_an_array_like_q():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(TypeError, match="cu_seqlens_k: expected a numpy.ndarray like q, got list"):
+    with pytest.raises(hopattn.InvalidTypeError, match="cu_seqlens_k: expected a numpy.ndarray like q, got list"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k.tolist(), max_q, max_k)
 
 
 @pytest.mark.parametrize("bad", [3.0, True, "7", None])
 def test_max_seqlen_must_be_an_int(bad):
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(TypeError, match="max_seqlen_k: expected an int"):
+    with pytest.raises(hopattn.InvalidTypeError, match="max_seqlen_k: expected an int"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, bad)
 
 
 def test_max_seqlen_must_fit_in_int64():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(ValueError, match="max_seqlen_q: .* does not fit in int64"):
+    with pytest.raises(hopattn.InvalidArgumentError, match="max_seqlen_q: .* does not fit in int64"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k, 2 ** 64, max_k)
 
 
 def test_packed_tensors_have_three_dimensions():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(ValueError, match=r"k: expected 3 dimensions \(total_k, heads, head_dim\)"):
+    with pytest.raises(hopattn.InvalidArgumentError, match=r"k: expected 3 dimensions \(total_k, heads, head_dim\)"):
         hopattn.attention_varlen(q, k[None], v, cu_q, cu_k, max_q, max_k)
 
 
 def test_zero_scale_is_refused():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
-    with pytest.raises(ValueError, match="scale"):
+    with pytest.raises(hopattn.InvalidArgumentError, match="scale"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=0.0)
 
 
@@ -217,6 +217,58 @@ def test_library_checks_max_seqlen():
     q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
     with pytest.raises(hopattn.InvalidArgumentError, match="max_seqlen_q"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q - 1, max_k)
+
+
+def test_library_messages_use_the_python_names():
+    # The library says varlen->cu_seqlens_q; Python callers pass cu_seqlens_q.
+    q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
+    with pytest.raises(hopattn.InvalidArgumentError,
+                       match=r"^INVALID_ARGUMENT: cu_seqlens_q\[0\] is 1; it must be 0$") as err:
+        hopattn.attention_varlen(q, k, v, cu_q + 1, cu_k, max_q, max_k)
+    assert "varlen->" not in err.value.message
+    with pytest.raises(hopattn.InvalidArgumentError,
+                       match=r"^INVALID_ARGUMENT: max_seqlen_k is 0; "):
+        hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, 0)
+
+
+def test_one_entry_cu_seqlens_is_refused():
+    q, k, v, _, _, max_q, max_k = packed_inputs()
+    one = np.zeros(1, np.int32)
+    with pytest.raises(hopattn.InvalidArgumentError, match="cu_seqlens_q: 1 entry; it must hold "
+                                                           r"batch \+ 1 prefix sums"):
+        hopattn.attention_varlen(q, k, v, one, one, max_q, max_k)
+
+
+def test_flags_and_scale_are_checked_as_in_attention():
+    q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
+    with pytest.raises(hopattn.InvalidTypeError, match="causal must be a bool"):
+        hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal="yes")
+    with pytest.raises(hopattn.InvalidTypeError, match="return_lse must be a bool"):
+        hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, return_lse=1)
+    with pytest.raises(hopattn.InvalidArgumentError,
+                       match=r"scale must be a positive finite float, or None for "
+                             r"1/sqrt\(head_dim\); got -1"):
+        hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale=-1)
+
+
+def test_dtypes_must_agree():
+    q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
+    with pytest.raises(hopattn.InvalidTypeError, match="k: dtype float16, but q is float32"):
+        hopattn.attention_varlen(q, k.astype(np.float16), v, cu_q, cu_k, max_q, max_k)
+
+
+def test_empty_packed_tensor_is_named():
+    q, k, v, _, cu_k, max_q, max_k = packed_inputs()
+    with pytest.raises(hopattn.InvalidArgumentError,
+                       match=r"q: total_q is 0 \(shape \(0, 2, 64\)\); every dimension must be > 0"):
+        hopattn.attention_varlen(q[:0], k, v, np.zeros(3, np.int32), cu_k, max_q, max_k)
+
+
+def test_fixed_length_batch_is_pointed_to_attention():
+    q, k, v, cu_q, cu_k, max_q, max_k = packed_inputs()
+    with pytest.raises(hopattn.InvalidArgumentError,
+                       match="a \\(batch, seqlen, heads, head_dim\\) batch goes to hopattn.attention"):
+        hopattn.attention_varlen(q[None], k, v, cu_q, cu_k, max_q, max_k)
 
 
 def test_library_checks_heads():

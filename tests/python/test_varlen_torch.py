@@ -68,15 +68,15 @@ def test_cpu_seqused_k():
 
 def test_cpu_int64_cu_seqlens_is_refused():
     q, k, v, cu_q, cu_k, max_q, max_k = packed(LENGTHS, 2, 2, 64, torch.float32, "cpu")
-    with pytest.raises(TypeError, match="cu_seqlens_q: dtype torch.int64 .*torch.int32"):
+    with pytest.raises(hopattn.InvalidTypeError, match="cu_seqlens_q: dtype torch.int64 .*torch.int32"):
         hopattn.attention_varlen(q, k, v, cu_q.long(), cu_k, max_q, max_k)
 
 
 def test_cu_seqlens_must_be_a_tensor_like_q():
     q, k, v, cu_q, cu_k, max_q, max_k = packed(LENGTHS, 2, 2, 64, torch.float32, "cpu")
-    with pytest.raises(TypeError, match="cu_seqlens_k: expected a torch.Tensor like q"):
+    with pytest.raises(hopattn.InvalidTypeError, match="cu_seqlens_k: expected a torch.Tensor like q"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k.numpy(), max_q, max_k)
-    with pytest.raises(TypeError, match="cu_seqlens_q: expected a numpy.ndarray like q"):
+    with pytest.raises(hopattn.InvalidTypeError, match="cu_seqlens_q: expected a numpy.ndarray like q"):
         hopattn.attention_varlen(q.numpy(), k.numpy(), v.numpy(), cu_q, cu_k.numpy(), max_q,
                                  max_k)
 
@@ -84,7 +84,7 @@ def test_cu_seqlens_must_be_a_tensor_like_q():
 def test_cu_seqlens_on_another_device_is_refused():
     # The meta device stands in for a GPU: the check compares devices, not memory.
     q, k, v, cu_q, cu_k, max_q, max_k = packed(LENGTHS, 2, 2, 64, torch.float32, "cpu")
-    with pytest.raises(ValueError, match="cu_seqlens_k: on meta, but q is on cpu"):
+    with pytest.raises(hopattn.InvalidArgumentError, match="cu_seqlens_k: on meta, but q is on cpu"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k.to("meta"), max_q, max_k)
 
 
@@ -125,12 +125,12 @@ def test_cuda_runs_on_the_current_stream():
 @requires_hopper
 def test_cuda_cu_seqlens_on_the_host_is_refused():
     q, k, v, cu_q, cu_k, max_q, max_k = packed(LENGTHS, 2, 2, 128, torch.float16, "cuda")
-    with pytest.raises(ValueError, match="cu_seqlens_q: on cpu, but q is on cuda"):
+    with pytest.raises(hopattn.InvalidArgumentError, match="cu_seqlens_q: on cpu, but q is on cuda"):
         hopattn.attention_varlen(q, k, v, cu_q.cpu(), cu_k, max_q, max_k)
 
 
 @requires_hopper
 def test_cuda_int64_cu_seqlens_is_refused():
     q, k, v, cu_q, cu_k, max_q, max_k = packed(LENGTHS, 2, 2, 128, torch.float16, "cuda")
-    with pytest.raises(TypeError, match="cu_seqlens_k: dtype torch.int64"):
+    with pytest.raises(hopattn.InvalidTypeError, match="cu_seqlens_k: dtype torch.int64"):
         hopattn.attention_varlen(q, k, v, cu_q, cu_k.long(), max_q, max_k)
