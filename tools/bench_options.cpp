@@ -355,9 +355,8 @@ options (those marked LIST take comma-separated values; every combination is run
                         sequence.
   --iters N             timed runs per case (default 20 on sm90, 5 on cpu)
   --warmup N            untimed runs before them, 0 or more (default 3 on sm90, 1 on cpu)
-  --threads N           run the cpu backend on N of the CPUs this process may use (sets
-                        the process's CPU affinity before the library starts its threads;
-                        cpu backend only)
+  --threads N           run the cpu backend on N threads (sets HOPATTN_NUM_THREADS before
+                        the library starts its thread pool; cpu backend only)
   --sweep               seqlen 1024, 2048, 4096 (unless --seqlen-q is given), each with and
                         without the causal mask (only with it if --causal is given);
                         progress on stderr

@@ -176,9 +176,13 @@ void print_header(std::FILE* out, const RunInfo& run) {
   const hopattn_backend backend = run.backend.backend;
   std::string cpus;
   if (backend == HOPATTN_BACKEND_CPU) {
-    const int count = usable_cpu_count();
-    cpus = " (" + std::to_string(count) + (count == 1 ? " CPU" : " CPUs") +
-           (run.threads > 0 ? ", set by --threads" : "") + ")";
+    if (run.threads > 0) {
+      cpus = " (" + std::to_string(run.threads) + (run.threads == 1 ? " thread" : " threads") +
+             ", set by --threads)";
+    } else {
+      const int count = usable_cpu_count();
+      cpus = " (" + std::to_string(count) + (count == 1 ? " CPU" : " CPUs") + ")";
+    }
   }
   std::fprintf(out, "hopattn %s on %s%s\nbackend %s\n", hopattn_version(),
                device_name(backend).c_str(), cpus.c_str(), run.backend_reason.c_str());

@@ -284,24 +284,11 @@ int usable_cpu_count() {
   return CPU_COUNT(&set);
 }
 
-std::string limit_cpu_threads(int threads) {
-  cpu_set_t allowed, chosen;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-    return std::string("cannot read the CPU affinity: ") + std::strerror(errno);
-  const int available = CPU_COUNT(&allowed);
-  if (threads > available)
-    return std::to_string(threads) + " is more than the " + std::to_string(available) +
-           " CPUs this process may run on";
-  CPU_ZERO(&chosen);
-  for (int cpu = 0, taken = 0; cpu < CPU_SETSIZE && taken < threads; ++cpu) {
-    if (CPU_ISSET(cpu, &allowed)) {
-      CPU_SET(cpu, &chosen);
-      ++taken;
-    }
-  }
-  // Threads started from here on (the library's pool) inherit this thread's mask.
-  if (sched_setaffinity(0, sizeof chosen, &chosen) != 0)
-    return std::string("cannot set the CPU affinity: ") + std::strerror(errno);
+std::string set_cpu_threads(int threads) {
+  // The CPU backend sizes its thread pool from HOPATTN_NUM_THREADS when it starts (its first call).
+  if (threads > 4096) return std::to_string(threads) + " is more than the 4096 threads allowed";
+  if (setenv("HOPATTN_NUM_THREADS", std::to_string(threads).c_str(), 1) != 0)
+    return std::string("cannot set HOPATTN_NUM_THREADS: ") + std::strerror(errno);
   return "";
 }
 

@@ -39,7 +39,7 @@ CaseResult run_case(const CaseSpec& spec);
 bool sm90_runnable();
 // `requested` (AUTO: sm90 when runnable, else cpu), without its reason: the backend's
 // defaults shape the cases, and the reason is asked of the library only after
-// limit_cpu_threads, since asking starts the CPU backend's threads.
+// set_cpu_threads, since asking starts the CPU backend's threads.
 BackendChoice choose_backend(hopattn_backend requested);
 // Why `choice` runs, or why a requested sm90 cannot: "cpu: no Hopper GPU visible (sm90
 // backend: ...)".
@@ -49,10 +49,8 @@ std::string device_name(hopattn_backend backend);
 
 // The CPUs this process may run on (its affinity mask).
 int usable_cpu_count();
-// Confines the process to the first `threads` of those CPUs, so the CPU backend's threads,
-// started later, share that many. The library has no thread-count setting: its pool keeps
-// one thread per hardware thread. Returns "" or what went wrong. Call before anything asks
-// the library about the CPU backend.
-std::string limit_cpu_threads(int threads);
+// Sets HOPATTN_NUM_THREADS, from which the CPU backend sizes its thread pool when it starts.
+// Returns "" or what went wrong. Call before anything asks the library about the CPU backend.
+std::string set_cpu_threads(int threads);
 
 }  // namespace hopattn::bench

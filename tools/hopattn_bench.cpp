@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   }
   // Before anything asks the library about the CPU backend, which starts its threads.
   if (options.threads > 0) {
-    if (const std::string error = limit_cpu_threads(options.threads); !error.empty())
+    if (const std::string error = set_cpu_threads(options.threads); !error.empty())
       return fail(kExitUsage, "--threads: " + error);
   }
   RunInfo run;

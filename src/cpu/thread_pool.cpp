@@ -1,9 +1,21 @@
 #include "cpu/thread_pool.hpp"
 
+#include <cstdlib>
+
 namespace hopattn::cpu {
 
+int thread_count_from(const char* env, unsigned hardware_threads) {
+  if (env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long requested = std::strtol(env, &end, 10);
+    if (*end == '\0' && requested >= 1 && requested <= kMaxThreads) return static_cast<int>(requested);
+  }
+  return hardware_threads == 0 ? 1 : static_cast<int>(hardware_threads);
+}
+
 ThreadPool& ThreadPool::instance() {
-  static ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  static ThreadPool pool(
+      thread_count_from(std::getenv("HOPATTN_NUM_THREADS"), std::thread::hardware_concurrency()) - 1);
   return pool;
 }
 

@@ -13,9 +13,15 @@
 
 namespace hopattn::cpu {
 
+// Threads a pool started now would have: HOPATTN_NUM_THREADS when it holds an integer from 1 to
+// kMaxThreads, else one per hardware thread. `env` is the variable's value or null.
+constexpr int kMaxThreads = 4096;
+int thread_count_from(const char* env, unsigned hardware_threads);
+
 class ThreadPool {
  public:
-  // hardware_concurrency() - 1 workers; the thread that calls parallel_for is the last one.
+  // thread_count_from(getenv("HOPATTN_NUM_THREADS"), hardware) - 1 workers, read when the pool
+  // starts (the first CPU call); the thread that calls parallel_for is the last one.
   static ThreadPool& instance();
 
   ThreadPool(const ThreadPool&) = delete;

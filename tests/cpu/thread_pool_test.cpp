@@ -47,3 +47,21 @@ TEST(ThreadPool, CallsFromSeveralThreadsAllComplete) {
 
 }  // namespace
 }  // namespace hopattn::cpu
+
+namespace hopattn::cpu {
+namespace {
+
+TEST(ThreadCount, HopattnNumThreadsOverridesTheHardwareCount) {
+  EXPECT_EQ(thread_count_from(nullptr, 16), 16);
+  EXPECT_EQ(thread_count_from("", 16), 16);
+  EXPECT_EQ(thread_count_from("3", 16), 3);
+  EXPECT_EQ(thread_count_from("64", 16), 64);  // more threads than CPUs is the caller's choice
+  EXPECT_EQ(thread_count_from("0", 16), 16);   // not a thread count: the default
+  EXPECT_EQ(thread_count_from("-2", 16), 16);
+  EXPECT_EQ(thread_count_from("4x", 16), 16);
+  EXPECT_EQ(thread_count_from("99999", 16), 16);
+  EXPECT_EQ(thread_count_from(nullptr, 0), 1);  // hardware_concurrency() may not know
+}
+
+}  // namespace
+}  // namespace hopattn::cpu
