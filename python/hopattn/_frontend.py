@@ -80,7 +80,12 @@ _NUMPY_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16":
 _TORCH_DTYPES = {"torch.float32": DType.FLOAT32, "torch.float16": DType.FLOAT16,
                  "torch.bfloat16": DType.BFLOAT16}
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-_SCALE_RULE = "scale must be a positive finite float, or None for 1/sqrt(head_dim)"
+# The library scales in float32 and reads softmax_scale = 0 as "the default": a scale that is 0,
+# inf or subnormal in float32 would silently become the default, overflow, or lose its precision.
+_FLOAT32_MIN_NORMAL = float(np.finfo(np.float32).tiny)  # 2^-126
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_SCALE_RULE = ("scale must be a positive finite float, or None for 1/sqrt(head_dim); in float32 "
+               f"it must be a normal number, {_FLOAT32_MIN_NORMAL:.8g} to {_FLOAT32_MAX:.8g}")
 
 
 def type_name(value) -> str:
@@ -143,6 +148,10 @@ def as_softmax_scale(scale) -> float:
     if not (math.isfinite(as_float32) and as_float32 > 0):
         raise InvalidArgumentError(f"{_SCALE_RULE}; got {reprlib.repr(scale)}, which is "
                                    f"{as_float32} in float32, the precision the library uses")
+    if as_float32 < _FLOAT32_MIN_NORMAL:
+        raise InvalidArgumentError(f"{_SCALE_RULE}; got {reprlib.repr(scale)}, which is the "
+                                   f"subnormal {as_float32:.8g} in float32, the precision the "
+                                   "library uses")
     return value
 
 
@@ -156,6 +165,21 @@ def check_qkv(q, k, v):
     if tuple(v.shape) != tuple(k.shape):
         raise InvalidArgumentError(f"v: shape {tuple(v.shape)}, but k has shape "
                                    f"{tuple(k.shape)}; v must have k's shape")
+
+
+def _as_abi_layout(array):
+    """array, or a host copy of it that the ABI can read: native byte order, element-aligned,
+    head_dim (the last axis) unit-stride, every stride a non-negative multiple of the element
+    size. A host copy is cheap next to the attention itself, so such arrays are copied, not
+    refused; the result is always in native byte order."""
+    if not array.dtype.isnative:  # ">f4" on a little-endian machine: the library reads bytes
+        return array.astype(array.dtype.newbyteorder("="), order="C")
+    itemsize = array.itemsize
+    if (not array.flags.aligned  # np.frombuffer(..., offset=1): the library reads whole elements
+            or (array.ndim > 0 and (array.strides[-1] != itemsize
+                                    or any(s < 0 or s % itemsize for s in array.strides)))):
+        return np.array(array, order="C", copy=True)  # a new buffer: aligned, even if contiguous
+    return array
 
 
 class NumpyFrontend:
@@ -173,21 +197,19 @@ class NumpyFrontend:
     def input(self, name, array, layout):
         """(array to keep alive for the call, its Tensor)."""
         array = self.array(name, array)
-        # The ABI needs head_dim unit-stride, non-negative element-multiple strides and native
-        # byte order; a host copy is cheap next to the attention itself, so such arrays are
-        # copied, not refused.
-        if (array.ndim > 0 and (array.strides[-1] != array.itemsize
-                                or any(s < 0 or s % array.itemsize for s in array.strides))):
-            array = np.ascontiguousarray(array)
-        if not array.dtype.isnative:
-            array = array.astype(array.dtype.newbyteorder("="))
+        self.dtype(name, array)  # refused before any copy is made
+        array = _as_abi_layout(array)
         return array, self.tensor(name, array, layout)
 
-    def tensor(self, name, array, layout) -> Tensor:
+    def dtype(self, name, array) -> DType:
         dtype = _NUMPY_DTYPES.get(array.dtype.name)  # bfloat16 from ml_dtypes: no import needed
         if dtype is None:
             raise InvalidTypeError(f"{name}: dtype {array.dtype} is not supported; use float32, "
                                    "float16 or bfloat16 (ml_dtypes)")
+        return dtype
+
+    def tensor(self, name, array, layout) -> Tensor:
+        dtype = self.dtype(name, array)
         strides = [s // array.itemsize for s in array.strides]
         shape, strides = layout.to_abi(name, array.shape, strides)
         return Tensor(array.ctypes.data, dtype, *shape, *strides[:3])
@@ -195,12 +217,12 @@ class NumpyFrontend:
     def int32_vector(self, name, array):
         """(array to keep alive for the call, its address): a 1-D int32 array such as cu_seqlens."""
         array = self.array(name, array)
-        if array.dtype != np.int32:
+        if array.dtype.newbyteorder("=") != np.int32:
             raise InvalidTypeError(f"{name}: dtype {array.dtype} is not supported; it must be "
                                    "int32 (convert with .astype(numpy.int32))")
         if array.ndim != 1:
             raise InvalidArgumentError(f"{name}: expected 1 dimension, got shape {array.shape}")
-        array = np.ascontiguousarray(array)
+        array = _as_abi_layout(array)
         return array, array.ctypes.data
 
     def empty(self, shape, like):
@@ -239,6 +261,9 @@ class TorchFrontend:
         return t
 
     def input(self, name, t, layout):
+        # Torch has neither byte orders nor negative strides; what the ABI cannot read is a
+        # head_dim that is not unit-stride, or (torch.frombuffer at an odd offset) an address
+        # that is no multiple of the element size. Host tensors are copied, as NumPy arrays are.
         t = self.array(name, t)
         if t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
             if self.on_cuda:
@@ -247,6 +272,8 @@ class TorchFrontend:
                     f"{name}: head_dim must be contiguous (stride 1) for CUDA tensors, got stride "
                     f"{t.stride(-1)}; call .contiguous() first")
             t = t.contiguous()
+        if not self.on_cuda and t.data_ptr() % t.element_size():
+            t = t.clone(memory_format=self.torch.contiguous_format)  # a new, aligned buffer
         return t, self.tensor(name, t, layout)
 
     def tensor(self, name, t, layout) -> Tensor:

@@ -24,13 +24,18 @@ def attention(q, k, v, causal=False, scale=None, return_lse=False, layout="bshd"
     a multiple of heads_kv (GQA/MQA).
 
     NumPy arrays (float32, float16, ml_dtypes bfloat16) and CPU torch tensors run on the CPU
-    backend; CUDA torch tensors run on the Hopper backend on torch.cuda.current_stream(). Any
-    strides work as long as head_dim is unit-stride; host data that is not gets copied, CUDA data
-    raises InvalidArgumentError.
+    backend; CUDA torch tensors run on the Hopper backend on torch.cuda.current_stream(). Host
+    data is read in place where it can be and otherwise copied first: a head_dim that is not
+    unit-stride, negative strides, non-native byte order (">f4") and buffers not aligned to the
+    element size (np.frombuffer(..., offset=1)); o is always in native byte order. CUDA tensors
+    are never copied behind the caller's back: a head_dim that is not unit-stride raises
+    InvalidArgumentError.
 
     causal: a bool. Query i sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right aligned);
         a row that sees no key gets zeros and LSE = -inf.
-    scale: a positive finite float multiplying q k^T, or None for 1/sqrt(head_dim).
+    scale: a positive finite float multiplying q k^T, or None for 1/sqrt(head_dim). The library
+        scales in float32, so it must be a normal float32 there (about 1.18e-38 to 3.4e38): a
+        value that would be 0, subnormal or inf in float32 raises InvalidArgumentError.
     return_lse: a bool: also return the float32 log-sum-exp of each score row, (batch, heads_q,
         seqlen_q) in either layout.
 

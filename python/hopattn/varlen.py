@@ -33,11 +33,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
     causal: a bool. Per sequence, query i sees key j iff j <= i + seqlen_k - seqlen_q
         (bottom-right aligned); a row that sees no key gets zeros and LSE = -inf.
-    scale: a positive finite float multiplying q k^T, or None for 1/sqrt(head_dim).
+    scale: a positive finite float multiplying q k^T, or None for 1/sqrt(head_dim); normal in
+        float32, as for hopattn.attention.
     return_lse: a bool: also return the float32 log-sum-exp of each score row, (heads_q, total_q).
 
-    Backends, strides and errors as hopattn.attention. On CUDA, metadata that contradicts
-    the tensors gives wrong results for the sequences it describes, never an access outside them.
+    Backends, strides, host copies and errors as hopattn.attention (host metadata in another byte
+    order, strided or misaligned is copied too). On CUDA, metadata that contradicts the tensors
+    gives wrong results for the sequences it describes, never an access outside them.
     Returns o (total_q, heads_q, head_dim, q's dtype and device), or (o, lse).
     """
     causal = as_flag("causal", causal)

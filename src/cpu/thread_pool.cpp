@@ -1,6 +1,8 @@
 #include "cpu/thread_pool.hpp"
 
 #include <cstdlib>
+#include <new>
+#include <thread>
 
 namespace hopattn::cpu {
 
@@ -13,23 +15,87 @@ int thread_count_from(const char* env, unsigned hardware_threads) {
   return hardware_threads == 0 ? 1 : static_cast<int>(hardware_threads);
 }
 
+namespace {
+ThreadPool* the_pool = nullptr;  // set once by instance(); read by the fork handlers
+}  // namespace
+
 ThreadPool& ThreadPool::instance() {
-  static ThreadPool pool(
-      thread_count_from(std::getenv("HOPATTN_NUM_THREADS"), std::thread::hardware_concurrency()) - 1);
-  return pool;
+  // Allocated and never freed: exit handlers must not destroy a pool whose workers may be gone.
+  static ThreadPool* const pool = [] {
+    auto* created = new ThreadPool(
+        thread_count_from(std::getenv("HOPATTN_NUM_THREADS"), std::thread::hardware_concurrency()));
+    the_pool = created;
+    pthread_atfork(&ThreadPool::before_fork, &ThreadPool::after_fork_in_parent,
+                   &ThreadPool::after_fork_in_child);
+    return created;
+  }();
+  return *pool;
 }
 
-ThreadPool::ThreadPool(int worker_count) {
-  for (int i = 0; i < worker_count; ++i) workers_.emplace_back([this] { worker_loop(); });
+ThreadPool::ThreadPool(int thread_count) : thread_count_(thread_count) {}
+
+void ThreadPool::before_fork() {
+  // Waits for a parallel_for in flight to end; afterwards every worker is idle in job_ready_.
+  the_pool->job_mutex_.lock();
+  the_pool->mutex_.lock();
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::after_fork_in_parent() {
+  the_pool->mutex_.unlock();
+  the_pool->job_mutex_.unlock();
+}
+
+void ThreadPool::after_fork_in_child() {
+  ThreadPool& pool = *the_pool;
+  // The workers were not copied. Their condition variable still counts them as waiters, so it
+  // is replaced, not destroyed (destroying it would wait for them); job_done_ likewise.
+  pool.workers_.clear();
+  pool.workers_busy_ = 0;
+  new (&pool.job_ready_) std::condition_variable();
+  new (&pool.job_done_) std::condition_variable();
+  // The locks were taken by before_fork on this (the forking, now the only) thread.
+  pool.mutex_.unlock();
+  pool.job_mutex_.unlock();
+}
+
+int ThreadPool::started_workers() {
+  std::lock_guard<std::mutex> job(job_mutex_);
+  return static_cast<int>(workers_.size());
+}
+
+namespace {
+struct WorkerStart {
+  ThreadPool* pool;
+  uint64_t generation;  // the last job published before the worker started: not its to run
+};
+}  // namespace
+
+void* ThreadPool::worker_main(void* start) {
+  const WorkerStart s = *static_cast<WorkerStart*>(start);
+  delete static_cast<WorkerStart*>(start);
+  s.pool->worker_loop(s.generation);
+  return nullptr;
+}
+
+// Called with job_mutex_ held and no job in flight.
+void ThreadPool::start_missing_workers() {
+  const auto wanted = static_cast<size_t>(thread_count_ - 1);
+  if (workers_.size() >= wanted) return;
+  uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    generation = generation_;
   }
-  job_ready_.notify_all();
-  for (std::thread& worker : workers_) worker.join();
+  workers_.reserve(wanted);
+  while (workers_.size() < wanted) {
+    auto* start = new WorkerStart{this, generation};
+    pthread_t thread;
+    if (pthread_create(&thread, nullptr, &ThreadPool::worker_main, start) != 0) {
+      delete start;  // the system refuses more threads: run with those there are
+      return;
+    }
+    workers_.push_back(thread);
+  }
 }
 
 void ThreadPool::run_indices() {
@@ -44,12 +110,10 @@ void ThreadPool::run_indices() {
   }
 }
 
-void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
+void ThreadPool::worker_loop(uint64_t seen) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    job_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-    if (stopping_) return;
+    job_ready_.wait(lock, [&] { return generation_ != seen; });
     seen = generation_;
     lock.unlock();
     run_indices();
@@ -60,11 +124,12 @@ void ThreadPool::worker_loop() {
 
 void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t)>& body) {
   if (count <= 0) return;
-  if (workers_.empty() || count == 1) {
+  if (thread_count_ == 1 || count == 1) {
     for (int64_t i = 0; i < count; ++i) body(i);
     return;
   }
   std::lock_guard<std::mutex> job(job_mutex_);
+  start_missing_workers();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = &body;

@@ -1,5 +1,6 @@
 #include "sm90/sm90_rules.hpp"
 
+#include <array>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -10,8 +11,9 @@
 namespace hopattn::sm90 {
 namespace {
 
-// TMA global addresses and strides are in 16-byte units.
+// TMA global addresses and strides are in 16-byte units; strides stay below 2^40 bytes.
 constexpr int64_t kTmaAlignment = 16;
+constexpr int64_t kTmaStrideLimitBytes = int64_t{1} << 40;
 // Rows per CTA of the grid's smallest tile: the grid is ceil(seqlen_q / 64) * heads_q * batch.
 constexpr int64_t kMinBlockM = 64;
 
@@ -29,22 +31,40 @@ struct TensorView {
   int64_t batch, rows, heads;  // sizes of the tensor (not of one sequence)
 };
 
+struct StridedDimension {
+  const char* field;
+  int64_t stride, size;
+};
+
+std::array<StridedDimension, 3> dimensions_of(const TensorView& t) {
+  return {{{"batch_stride", t.stride.batch, t.batch},
+           {"seq_stride", t.stride.seq, t.rows},
+           {"head_stride", t.stride.head, t.heads}}};
+}
+
 Status check_tma_layout(const TensorView& t, DType dtype) {
   if (reinterpret_cast<uintptr_t>(t.data) % kTmaAlignment != 0) {
     return fail(Status::kInvalidArgument, t.name, ".data is not ", kTmaAlignment,
                 "-byte aligned; the SM90 backend loads tiles with TMA, which needs ", kTmaAlignment,
                 "-byte aligned addresses");
   }
-  const std::pair<const char*, int64_t> strides[] = {{"batch_stride", t.stride.batch},
-                                                     {"seq_stride", t.stride.seq},
-                                                     {"head_stride", t.stride.head}};
-  for (const auto& [field, stride] : strides) {
-    const int64_t bytes = stride * element_size(dtype);  // bounded by the API's extent check
+  for (const auto& [field, stride, size] : dimensions_of(t)) {
+    // Never stepped: tma_ready() gives the descriptor a valid stride of its own.
+    if (size == 1) continue;
+    int64_t bytes = 0;
+    if (stride < 0 || __builtin_mul_overflow(stride, element_size(dtype), &bytes)) {
+      return fail(Status::kInvalidArgument, t.name, ".", field, " is ", stride,
+                  "; the SM90 backend needs strides >= 0 whose size in bytes fits in int64");
+    }
     if (bytes % kTmaAlignment != 0) {
       return fail(Status::kInvalidArgument, t.name, ".", field, " is ", stride,
                   " elements = ", bytes,
                   " bytes; the SM90 backend needs strides that are multiples of ", kTmaAlignment,
                   " bytes for TMA");
+    }
+    if (bytes >= kTmaStrideLimitBytes) {
+      return fail(Status::kUnsupported, t.name, ".", field, " is ", stride, " elements = ", bytes,
+                  " bytes; the SM90 backend's TMA descriptors need strides below 2^40 bytes");
     }
   }
   return Status::kOk;
@@ -53,12 +73,8 @@ Status check_tma_layout(const TensorView& t, DType dtype) {
 // A TMA descriptor walks memory with positive strides; broadcast views go to the CPU backend or
 // are materialised by the caller.
 Status check_no_broadcast(const TensorView& t) {
-  const std::pair<const char*, bool> broadcasts[] = {
-      {"batch_stride", t.batch > 1 && t.stride.batch == 0},
-      {"seq_stride", t.rows > 1 && t.stride.seq == 0},
-      {"head_stride", t.heads > 1 && t.stride.head == 0}};
-  for (const auto& [field, broadcast] : broadcasts) {
-    if (broadcast) {
+  for (const auto& [field, stride, size] : dimensions_of(t)) {
+    if (size > 1 && stride == 0) {
       return fail(Status::kUnsupported, t.name, ".", field,
                   " is 0 (a broadcast view), which the SM90 backend does not support; pass a "
                   "materialised tensor");
@@ -67,7 +83,8 @@ Status check_no_broadcast(const TensorView& t) {
   return Status::kOk;
 }
 
-// The kernels index rows, heads, sequences and CTAs with 32-bit integers.
+// The kernels index rows, heads, sequences and CTAs with 32-bit integers; this also keeps every
+// TMA global dimension (rows, heads, batch; heads_kv <= heads_q) within the driver's 2^32.
 Status check_32_bit_limits(const ForwardProblem& p) {
   const SeqlenLayout& s = p.seqlens;
   const bool varlen = s.varlen();
@@ -93,15 +110,35 @@ Status check_32_bit_limits(const ForwardProblem& p) {
   return Status::kOk;
 }
 
-}  // namespace
-
-Status check_forward_rules(const ForwardProblem& p) {
+// q, k, v and o as the TMA descriptors see them: a varlen batch is one batch entry of total rows.
+std::array<TensorView, 4> tensors_of(const ForwardProblem& p) {
   const SeqlenLayout& s = p.seqlens;
   const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
-  const TensorView tensors[] = {{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q},
-                                {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv},
-                                {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv},
-                                {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q}};
+  return {{{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q},
+           {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv},
+           {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv},
+           {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q}}};
+}
+
+}  // namespace
+
+ForwardProblem tma_ready(const ForwardProblem& p) {
+  const int64_t unstepped = kUnsteppedStrideBytes / element_size(p.dtype);
+  const auto ready = [unstepped](const TensorView& t) {
+    return Strides{t.batch == 1 ? unstepped : t.stride.batch, t.rows == 1 ? unstepped : t.stride.seq,
+                   t.heads == 1 ? unstepped : t.stride.head};
+  };
+  const std::array<TensorView, 4> tensors = tensors_of(p);
+  ForwardProblem launched = p;
+  launched.q_stride = ready(tensors[0]);
+  launched.k_stride = ready(tensors[1]);
+  launched.v_stride = ready(tensors[2]);
+  launched.o_stride = ready(tensors[3]);
+  return launched;
+}
+
+Status check_forward_rules(const ForwardProblem& p) {
+  const std::array<TensorView, 4> tensors = tensors_of(p);
   for (const TensorView& t : tensors) {
     if (t.data == nullptr) continue;  // o of a workspace-size query
     if (Status status = check_tma_layout(t, p.dtype); status != Status::kOk) return status;

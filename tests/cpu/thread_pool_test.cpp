@@ -1,8 +1,13 @@
 #include "cpu/thread_pool.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -43,6 +48,79 @@ TEST(ThreadPool, CallsFromSeveralThreadsAllComplete) {
   }
   for (std::thread& caller : callers) caller.join();
   EXPECT_EQ(total, 4 * 50 * 10);
+}
+
+// Runs `child` in a forked child, which leaves with _exit(child()) (gtest's state is the
+// parent's business). The child's status, or -1 if it had not exited after `deadline`: it is
+// then killed, since a hang is the failure these tests look for.
+int exit_status_of_child(const std::function<int()>& child,
+                         std::chrono::seconds deadline = std::chrono::seconds(30)) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(static_cast<unsigned>(deadline.count()) + 5);  // the child ends even if the parent dies
+    _exit(child());
+  }
+  if (pid < 0) return -2;
+  const auto give_up = std::chrono::steady_clock::now() + deadline;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// 0 if parallel_for(count) called the body once per index.
+int run_job(int64_t count) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
+  ThreadPool::instance().parallel_for(count, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
+  for (const std::atomic<int>& hit : hits)
+    if (hit != 1) return 1;
+  return 0;
+}
+
+// Issue 10: the workers are not copied by fork(); the child's job used to wait for them forever.
+TEST(ThreadPoolFork, ChildOfAParentThatRanJobsRunsJobsOnNewWorkers) {
+  ASSERT_EQ(run_job(1000), 0);  // the parent's workers exist
+  const int workers = ThreadPool::instance().thread_count() - 1;
+  EXPECT_EQ(ThreadPool::instance().started_workers(), workers);
+  EXPECT_EQ(exit_status_of_child([&] {
+              if (ThreadPool::instance().started_workers() != 0) return 10;
+              for (int rep = 0; rep < 20; ++rep)
+                if (run_job(1000) != 0) return 11;
+              return ThreadPool::instance().started_workers() == workers ? 0 : 12;
+            }),
+            0);
+  EXPECT_EQ(run_job(1000), 0);  // the parent's pool is untouched
+  EXPECT_EQ(ThreadPool::instance().started_workers(), workers);
+}
+
+TEST(ThreadPoolFork, GrandchildRunsJobsToo) {
+  ASSERT_EQ(run_job(100), 0);
+  EXPECT_EQ(exit_status_of_child([] {
+              if (run_job(100) != 0) return 20;
+              return exit_status_of_child([] { return run_job(100); });
+            }),
+            0);
+}
+
+// fork() from one thread while another is inside parallel_for: the fork waits for the job to
+// end, so the child never inherits a job half done or a lock held by a thread it lacks.
+TEST(ThreadPoolFork, ForkWhileAnotherThreadRunsJobs) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::thread caller([&] {
+    while (!stop) failures += run_job(64);
+  });
+  for (int rep = 0; rep < 20; ++rep)
+    EXPECT_EQ(exit_status_of_child([] { return run_job(64); }), 0) << "fork " << rep;
+  stop = true;
+  caller.join();
+  EXPECT_EQ(failures, 0);
 }
 
 }  // namespace
