@@ -33,6 +33,10 @@ install_debian_packages() {
   command -v g++ >/dev/null || missing+=(g++)
   [[ -f /usr/include/gtest/gtest.h ]] || missing+=(libgtest-dev)
   command -v pkg-config >/dev/null || missing+=(pkg-config)  # the install test's consumer
+  # The CI fuzzer (scripts/sanitize.sh): clang with libFuzzer and the sanitizer runtimes.
+  if [[ "${CI:-}" == true || "${HOPATTN_SANITIZERS:-0}" == 1 ]]; then
+    command -v clang++ >/dev/null || missing+=(clang)
+  fi
   command -v "$PYTHON" >/dev/null || missing+=(python3)
   # Debian's python3 needs python3-venv for ensurepip; pyenv and other builds carry it.
   ((BUILD_ONLY)) || "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)

@@ -6,6 +6,10 @@
 #
 #   scripts/test.sh [--cpu-only]     (or HOPATTN_CPU_ONLY=1: without the SM90 backend)
 #
+# With CI=true (.ci/run) or HOPATTN_SANITIZERS=1 it then runs scripts/sanitize.sh: the CPU suites
+# under ASan + UBSan, the multi-threaded tests under TSan, and the C ABI fuzzer for 60 s
+# (HOPATTN_FUZZ_SECONDS), each in its own CPU-only build folder; its status counts too.
+#
 # The output is a summary: ctest's lines for passing and skipped tests are left out (failures
 # print in full, and Testing/Temporary/LastTest.log in the build folder has everything);
 # HOPATTN_VERBOSE=1 shows all.
@@ -50,5 +54,11 @@ pytest_status=0
 HOPATTN_LIBRARY="$lib" "$PY" -m pytest "$REPO/tests/python" -q -rs -p no:cacheprovider \
   || pytest_status=$?
 
-echo "[test] ctest exit $ctest_status, pytest exit $pytest_status" >&2
-((ctest_status == 0 && pytest_status == 0))
+sanitize_status=0
+if [[ "${CI:-}" == true || "${HOPATTN_SANITIZERS:-0}" == 1 ]]; then
+  echo "[test] sanitizers and fuzzer (scripts/sanitize.sh)" >&2
+  bash "$REPO/scripts/sanitize.sh" || sanitize_status=$?
+fi
+
+echo "[test] ctest exit $ctest_status, pytest exit $pytest_status, sanitize exit $sanitize_status" >&2
+((ctest_status == 0 && pytest_status == 0 && sanitize_status == 0))

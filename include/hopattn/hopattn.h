@@ -156,6 +156,10 @@ HOPATTN_API hopattn_status hopattn_init_varlen(hopattn_varlen* varlen, size_t st
  *        sum_j exp(scale * q_i . k_j) over the keys row i sees.
  * q, k, v and o share one dtype; o is the output dtype. On the SM90 backend every
  * pointer is device memory and the call is asynchronous on options->cuda_stream.
+ * The CPU backend refuses (HOPATTN_ERROR_UNSUPPORTED) a call of more than 2^44 multiply-adds,
+ * batch * heads_q * seqlen_q * seqlen_k * head_dim, broadcast (zero-stride) rows counted.
+ * NaN in an input row gives NaN in O and in the LSE of every row that sees it; README.md has
+ * the full table of what NaN and inf inputs produce.
  */
 HOPATTN_API hopattn_status hopattn_forward(const hopattn_tensor* q, const hopattn_tensor* k,
                                            const hopattn_tensor* v, hopattn_tensor* o, float* lse,

@@ -3,6 +3,9 @@
 // checked below, so a conversion is a cast.
 #pragma once
 
+#include <cstring>
+#include <type_traits>
+
 #include "core/types.hpp"
 #include "hopattn/hopattn.h"
 
@@ -18,6 +21,18 @@ static_assert(static_cast<int>(Status::kUnsupported) == HOPATTN_ERROR_UNSUPPORTE
 static_assert(static_cast<int>(Status::kBackendUnavailable) == HOPATTN_ERROR_BACKEND_UNAVAILABLE);
 static_assert(static_cast<int>(Status::kCuda) == HOPATTN_ERROR_CUDA);
 static_assert(static_cast<int>(Status::kInternal) == HOPATTN_ERROR_INTERNAL);
+
+// The value an enum field of a caller's struct (or an enum argument) holds, read as its integer:
+// a C caller may store any int there, and loading an enum object whose value lies outside the
+// enumeration's range is undefined behaviour in C++ (UBSan's -fsanitize=enum). Every enum that
+// crosses the ABI is read through this before it is compared or trusted.
+template <class Enum>
+int enum_value(const Enum& field) {
+  static_assert(std::is_enum_v<Enum> && sizeof(Enum) == sizeof(int));
+  int value = 0;
+  std::memcpy(&value, &field, sizeof value);
+  return value;
+}
 
 // Only for a dtype that is_valid_dtype() accepted.
 inline DType dtype_of(hopattn_dtype dtype) { return static_cast<DType>(dtype); }

@@ -74,6 +74,16 @@ Status check_memory_space(hopattn_backend backend, const std::vector<NamedPointe
   return Status::kOk;
 }
 
+Status check_backend_work(hopattn_backend backend, int64_t work, const std::string& formula) {
+  if (backend != HOPATTN_BACKEND_CPU || (work >= 0 && work <= kCpuMaxWorkPerCall)) {
+    return Status::kOk;
+  }
+  return fail(Status::kUnsupported, "the call's work, ", formula, " = ",
+              work < 0 ? std::string("more than 2^63") : std::to_string(work),
+              " multiply-adds, exceeds the CPU backend's limit of 2^44 = ", kCpuMaxWorkPerCall,
+              " per call; split the call (broadcast inputs count every row they repeat)");
+}
+
 Status check_backend_supports(hopattn_backend backend, DType dtype, int64_t head_dim,
                               const SystemQueries& system) {
   if (backend == HOPATTN_BACKEND_CPU) {

@@ -33,4 +33,17 @@ Status check_memory_space(hopattn_backend backend, const std::vector<NamedPointe
 Status check_backend_supports(hopattn_backend backend, DType dtype, int64_t head_dim,
                               const SystemQueries& system);
 
+// The CPU backend's bound on the work of one call, in multiply-adds of Q K^T: the sum over
+// sequences of heads_q * seqlen_q * seqlen_k * head_dim (the mask not subtracted). Zero-stride
+// (broadcast) inputs let a few bytes describe 2^40 or 2^63 keys, which the backend would run for
+// hours or years with no way to interrupt it. 2^44 is 2,048 times the default benchmark shape
+// (bf16, 1 x 2048 x 2048, 16 heads, head_dim 128: 0.3 s on 2 cores), so about 10 minutes there,
+// and 4 times batch 4, 32 heads, 16k x 16k, head_dim 128. The SM90 backend's 32-bit sizes
+// bound its calls.
+constexpr int64_t kCpuMaxWorkPerCall = int64_t{1} << 44;
+
+// `work` is the call's multiply-adds, or -1 when it overflows int64; `formula` says how it was
+// counted, for the message.
+Status check_backend_work(hopattn_backend backend, int64_t work, const std::string& formula);
+
 }  // namespace hopattn

@@ -86,7 +86,7 @@ HOPATTN_API const char* hopattn_version(void) { return HOPATTN_VERSION_STRING; }
 
 HOPATTN_API int hopattn_backend_available(hopattn_backend backend) {
   try {
-    return hopattn::backend_available(backend) ? 1 : 0;
+    return hopattn::backend_available(hopattn::enum_value(backend)) ? 1 : 0;
   } catch (...) {
     return 0;
   }
@@ -94,7 +94,10 @@ HOPATTN_API int hopattn_backend_available(hopattn_backend backend) {
 
 HOPATTN_API int hopattn_backend_supports(hopattn_backend backend, hopattn_dtype dtype,
                                          int64_t head_dim) {
-  return hopattn::backend_supports(backend, dtype, head_dim) ? 1 : 0;
+  return hopattn::backend_supports(hopattn::enum_value(backend), hopattn::enum_value(dtype),
+                                   head_dim)
+             ? 1
+             : 0;
 }
 
 HOPATTN_API const char* hopattn_build_info(void) {

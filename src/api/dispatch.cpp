@@ -69,7 +69,7 @@ Status forward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
   return Status::kOk;
 }
 
-bool backend_available(hopattn_backend backend) {
+bool backend_available(int backend) {
   switch (backend) {
     case HOPATTN_BACKEND_AUTO:  // AUTO can always fall back to the CPU
     case HOPATTN_BACKEND_CPU: return true;
@@ -78,9 +78,9 @@ bool backend_available(hopattn_backend backend) {
   return false;
 }
 
-bool backend_supports(hopattn_backend backend, hopattn_dtype dtype, int64_t head_dim) {
+bool backend_supports(int backend, int dtype, int64_t head_dim) {
   if (!is_valid_dtype(dtype)) return false;
-  const DType d = dtype_of(dtype);
+  const auto d = static_cast<DType>(dtype);
   switch (backend) {
     case HOPATTN_BACKEND_AUTO: return cpu::supports(d, head_dim) || sm90::supports(d, head_dim);
     case HOPATTN_BACKEND_CPU: return cpu::supports(d, head_dim);

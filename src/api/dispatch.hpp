@@ -20,8 +20,9 @@ Status forward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
                               const hopattn_tensor* v, const hopattn_varlen* varlen,
                               const hopattn_forward_options* options, size_t* bytes);
 
-bool backend_available(hopattn_backend backend);
-bool backend_supports(hopattn_backend backend, hopattn_dtype dtype, int64_t head_dim);
+// The enum arguments as the integers the caller passed (enum_value): any int may arrive.
+bool backend_available(int backend);
+bool backend_supports(int backend, int dtype, int64_t head_dim);
 // One line per backend; computed once, since the SM90 line queries the device.
 const char* build_info();
 

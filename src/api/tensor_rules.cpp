@@ -19,7 +19,9 @@ bool end_in_bytes(const hopattn_tensor& t, int64_t& bytes) {
       return false;
     }
   }
-  return !__builtin_mul_overflow(offset + 1, element_size(dtype_of(t.dtype)), &bytes);
+  int64_t elements = 0;  // offset + 1 overflows for an offset of INT64_MAX (found by the fuzzer)
+  return !__builtin_add_overflow(offset, 1, &elements) &&
+         !__builtin_mul_overflow(elements, element_size(dtype_of(t.dtype)), &bytes);
 }
 
 bool runs_past_address_space(const void* data, int64_t bytes) {
@@ -37,9 +39,15 @@ Status check_tensor(const NamedTensor& named) {
   if (named.tensor == nullptr) return invalid(name, " is NULL");
   const hopattn_tensor& t = *named.tensor;
   if (t.data == nullptr) return invalid(name, ".data is NULL");
-  if (!is_valid_dtype(t.dtype)) {
-    return invalid(name, ".dtype is ", static_cast<int>(t.dtype),
-                   "; allowed: 0 (float32), 1 (bfloat16), 2 (float16)");
+  const int dtype = enum_value(t.dtype);
+  if (!is_valid_dtype(dtype)) {
+    return invalid(name, ".dtype is ", dtype, "; allowed: 0 (float32), 1 (bfloat16), 2 (float16)");
+  }
+  const int64_t element_bytes = element_size(static_cast<DType>(dtype));
+  if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(element_bytes) != 0) {
+    return invalid(name, ".data is not ", element_bytes, "-byte aligned; a ",
+                   dtype_name(static_cast<DType>(dtype)),
+                   " tensor must start at a multiple of its element size");
   }
   const std::pair<const char*, int64_t> sizes[] = {
       {"batch", t.batch}, {"seqlen", t.seqlen}, {"heads", t.heads}, {"head_dim", t.head_dim}};
@@ -51,6 +59,11 @@ Status check_tensor(const NamedTensor& named) {
                                                      {"head_stride", t.head_stride}};
   for (const auto& [field, stride] : strides) {
     if (stride < 0) return invalid(name, ".", field, " is ", stride, "; strides must be >= 0");
+    // Bounds every stride in bytes, of size-1 dimensions too (which the extent does not).
+    if (stride > INT64_MAX / element_bytes) {
+      return invalid(name, ".", field, " is ", stride, "; a stride in bytes (", element_bytes,
+                     " per element) must fit in int64");
+    }
   }
   int64_t bytes = 0;
   if (!end_in_bytes(t, bytes)) {

@@ -38,7 +38,8 @@ bool end_in_bytes(const hopattn_tensor& t, int64_t& bytes);
 bool runs_past_address_space(const void* data, int64_t bytes);
 std::string shape_of(const hopattn_tensor& t);
 
-// Null, dtype, sizes, strides, int64 overflow of the extent, the end of the address space.
+// Null, dtype (read as an integer), data aligned to the element size, sizes, strides (non-negative,
+// and in bytes within int64), int64 overflow of the extent, the end of the address space.
 Status check_tensor(const NamedTensor& named);
 
 // Two elements of an output at one address would be a write race (inputs may broadcast).

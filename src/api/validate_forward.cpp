@@ -62,7 +62,7 @@ Status init_growable(Struct* out, size_t struct_size, Struct defaults, size_t fi
 }
 
 Status check_options(const hopattn_forward_options& options) {
-  const int backend = options.backend;
+  const int backend = enum_value(options.backend);
   if (backend != HOPATTN_BACKEND_AUTO && backend != HOPATTN_BACKEND_CPU &&
       backend != HOPATTN_BACKEND_SM90) {
     return invalid("options.backend is ", backend, "; allowed: 0 (AUTO), 1 (CPU), 2 (SM90)");
@@ -248,6 +248,39 @@ Status check_varlen_metadata(const hopattn_varlen& varlen, int64_t total_q, int6
   return Status::kOk;
 }
 
+// Multiply-adds of Q K^T (check_backend_work), or -1 on int64 overflow: fixed lengths from the
+// shapes, varlen from the metadata (checked on the CPU, whose bound this is).
+int64_t forward_work(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_varlen* varlen,
+                     std::string& formula) {
+  int64_t per_score = 0;
+  if (__builtin_mul_overflow(q.heads, q.head_dim, &per_score)) return -1;
+  int64_t scores = 0;
+  if (varlen == nullptr) {
+    formula = "q.batch * q.heads * q.seqlen * k.seqlen * q.head_dim";
+    if (__builtin_mul_overflow(q.batch, q.seqlen, &scores) ||
+        __builtin_mul_overflow(scores, k.seqlen, &scores)) {
+      return -1;
+    }
+  } else {
+    formula = "q.heads * q.head_dim * (the sum over sequences of their query times key lengths)";
+    for (int64_t b = 0; b < varlen->batch; ++b) {
+      const int64_t queries = static_cast<int64_t>(varlen->cu_seqlens_q[b + 1]) -
+                              varlen->cu_seqlens_q[b];
+      const int64_t keys =
+          varlen->seqused_k != nullptr
+              ? varlen->seqused_k[b]
+              : static_cast<int64_t>(varlen->cu_seqlens_k[b + 1]) - varlen->cu_seqlens_k[b];
+      int64_t sequence_scores = 0;
+      if (__builtin_mul_overflow(queries, keys, &sequence_scores) ||
+          __builtin_add_overflow(scores, sequence_scores, &scores)) {
+        return -1;
+      }
+    }
+  }
+  int64_t work = 0;
+  return __builtin_mul_overflow(scores, per_score, &work) ? -1 : work;
+}
+
 Status check_workspace(const hopattn_forward_options& options, hopattn_backend backend,
                        size_t needed, const SystemQueries& system) {
   if (options.workspace == nullptr) return Status::kOk;
@@ -327,8 +360,15 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
       s != Status::kOk) {
     return s;
   }
-  if (is_varlen && call.backend == HOPATTN_BACKEND_CPU) {
-    if (Status s = check_varlen_metadata(varlen, q->seqlen, k->seqlen); s != Status::kOk) return s;
+  if (call.backend == HOPATTN_BACKEND_CPU) {
+    if (is_varlen) {
+      if (Status s = check_varlen_metadata(varlen, q->seqlen, k->seqlen); s != Status::kOk) {
+        return s;
+      }
+    }
+    std::string formula;
+    const int64_t work = forward_work(*q, *k, is_varlen ? &varlen : nullptr, formula);
+    if (Status s = check_backend_work(call.backend, work, formula); s != Status::kOk) return s;
   }
 
   hopattn_tensor no_output = *q;  // the workspace query describes o by q's shape

@@ -46,7 +46,7 @@ struct Workspace {
   AlignedFloats v;    // kBlockN x padded head_dim
   AlignedFloats s_t;  // kBlockN x kBlockM: scores, then probabilities
   AlignedFloats o;    // kBlockM x padded head_dim: the unnormalised output
-  AlignedFloats row_max, row_sum, rescale, scaled_max;  // kBlockM each
+  AlignedFloats row_max, row_sum, rescale, exponent_max;  // kBlockM each
 
   void reserve(int64_t head_dim, int64_t padded_head_dim) {
     q_t.reserve(head_dim * kBlockM);
@@ -54,7 +54,7 @@ struct Workspace {
     v.reserve(kBlockN * padded_head_dim);
     s_t.reserve(kBlockN * kBlockM);
     o.reserve(kBlockM * padded_head_dim);
-    for (AlignedFloats* stats : {&row_max, &row_sum, &rescale, &scaled_max})
+    for (AlignedFloats* stats : {&row_max, &row_sum, &rescale, &exponent_max})
       stats->reserve(kBlockM);
   }
 };
@@ -159,9 +159,9 @@ HOPATTN_ALWAYS_INLINE void prefetch_key_block(const ForwardProblem& p, const Seq
 }
 
 // Keys [n0, n0 + keys) of the sequence's K into rows of `k` (zero rows up to `k_rows`), and of V
-// into rows of `v` padded with zeros to `padded_d` columns.
+// into rows of `v` padded with zeros to `padded_d` columns. Returns whether V's rows are all finite.
 template <class Element>
-HOPATTN_ALWAYS_INLINE void load_key_block(const ForwardProblem& p, const Sequence& seq,
+HOPATTN_ALWAYS_INLINE bool load_key_block(const ForwardProblem& p, const Sequence& seq,
                                           int64_t kv_head, int64_t n0, int64_t keys, int64_t k_rows,
                                           int64_t padded_d, float* k, float* v) {
   const int64_t d = p.head_dim;
@@ -175,12 +175,35 @@ HOPATTN_ALWAYS_INLINE void load_key_block(const ForwardProblem& p, const Sequenc
     std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
   }
   std::fill(k + keys * d, k + k_rows * d, 0.f);
+  // x * 0 is 0 for finite x and NaN for inf or NaN.
+  Vec probe = Vec{};
+  for (int64_t i = 0; i < keys * padded_d; i += kLanes) probe += load(v + i) * 0.f;
+  float any = 0.f;
+  for (int l = 0; l < kLanes; ++l) any += probe[l];
+  return any == 0.f;
+}
+
+// O += P V for a key block in which some rows do not see some keys (the causal mask) and V holds
+// an inf or NaN: the GEMM would multiply the masked keys' P = 0 by it and put NaN into rows that
+// never see that key. Each row here adds only the keys it sees. Slow, and only for such blocks.
+HOPATTN_ALWAYS_INLINE void masked_pv(const ForwardProblem& p, const Sequence& seq, int64_t m0,
+                                     int64_t n0, int64_t keys, int64_t first_row, int64_t rows,
+                                     int64_t padded_d, const float* s_t, const float* v, float* o) {
+  for (int64_t i = first_row; i < rows; ++i) {
+    const int64_t end = std::clamp<int64_t>(
+        visible_key_end(p.causal, m0 + i, seq.seqlen_q, seq.seqlen_k) - n0, 0, keys);
+    for (int64_t j = 0; j < end; ++j) {
+      const float weight = s_t[j * kBlockM + i];
+      for (int64_t c = 0; c < padded_d; ++c) o[i * padded_d + c] += weight * v[j * padded_d + c];
+    }
+  }
 }
 
 // The online-softmax step for the key block in s_t (keys x columns, query rows in the lanes,
 // from first_column on): masks scores past each row's last visible key, updates the running
 // max and sum, leaves the numerators P in s_t and the factor that rescales each output row in
-// `rescale`.
+// `rescale`. The exponents are softmax_exponent's (core/softmax_math.hpp): the max subtracted
+// before the scale is applied, so that no exponent exceeds 0 whatever the scores' magnitude.
 HOPATTN_ALWAYS_INLINE void online_softmax_step(const ForwardProblem& p, const Sequence& seq,
                                                int64_t m0, int64_t n0, int64_t keys,
                                                int64_t first_column, int64_t columns,
@@ -189,7 +212,7 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const ForwardProblem& p, const Se
   float* row_max = ws.row_max.data();
   float* row_sum = ws.row_sum.data();
   float* rescale = ws.rescale.data();
-  float* scaled_max = ws.scaled_max.data();
+  float* exponent_max = ws.exponent_max.data();
   for (int64_t c = first_column; c < columns; c += kLanes) {
     VecInt key_end;  // visible keys of each lane's row, relative to this block
     for (int l = 0; l < kLanes; ++l) {
@@ -206,16 +229,17 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const ForwardProblem& p, const Se
     for (int l = 0; l < kLanes; ++l) {
       const float old_max = row_max[c + l];
       const float new_max = std::max(old_max, block_max[l]);
-      scaled_max[c + l] = scaled_row_max(new_max, scale_log2);
-      rescale[c + l] = rescale_factor(old_max, new_max, scale_log2);
+      exponent_max[c + l] = new_max == -INFINITY ? 0.f : new_max;
+      rescale[c + l] = bounded_rescale_factor(old_max, new_max, scale_log2);
       row_max[c + l] = new_max;
     }
-    // softmax_numerator, eight rows at a time: exp2(score * scale_log2 - scaled_max).
-    const Vec lane_scaled_max = load(scaled_max + c);
+    // softmax_exponent, eight rows at a time; exp2 of it is the numerator.
+    const Vec lane_max = load(exponent_max + c);
     Vec sum = Vec{};
     for (int64_t j = 0; j < keys; ++j) {
       float* s = s_t + j * kBlockM + c;
-      const Vec numerator = exp2(load(s) * scale_log2 - lane_scaled_max);
+      const Vec exponent = (load(s) - lane_max) * scale_log2;
+      const Vec numerator = exp2(exponent > 0.f ? Vec{} : exponent);
       store(s, numerator);
       sum += numerator;
     }
@@ -234,7 +258,7 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Tas
   const int64_t score_columns = round_up(rows, kScorePanel);
   const int64_t output_rows = round_up(rows, kOutputRows);
   const int64_t kv_head = t.head / p.heads_per_kv_head();
-  const float scale_log2 = scale_log2_of(p.softmax_scale);
+  const float scale_log2 = finite_scale_log2(p.softmax_scale);
 
   ws.reserve(d, padded_d);
   float* o = ws.o.data();
@@ -253,8 +277,8 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Tas
     // Under the causal mask, the panels of rows that see no key of this block are skipped
     // throughout: their running max, sum and output stay as they are.
     const int64_t first = first_row / kScorePanel * kScorePanel;
-    load_key_block<Element>(p, seq, kv_head, n0, keys, score_rows, padded_d, ws.k.data(),
-                            ws.v.data());
+    const bool finite_v = load_key_block<Element>(p, seq, kv_head, n0, keys, score_rows, padded_d,
+                                                  ws.k.data(), ws.v.data());
     gemm<kScoreRows, kScoreVecs, false>(ws.k.data(), d, 1, ws.q_t.data() + first, kBlockM,
                                         ws.s_t.data() + first, kBlockM, score_rows,
                                         score_columns - first, d);
@@ -267,9 +291,13 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Tas
     }
     prefetch_key_block<Element>(p, seq, kv_head, n0 + keys,
                                 std::min(kBlockN, key_limit - n0 - keys));
-    gemm<kOutputRows, kOutputVecs, true>(ws.s_t.data() + first, 1, kBlockM, ws.v.data(), padded_d,
-                                         o + first * padded_d, padded_d, output_rows - first,
-                                         padded_d, keys);
+    if (!finite_v && p.causal) {
+      masked_pv(p, seq, m0, n0, keys, first, rows, padded_d, ws.s_t.data(), ws.v.data(), o);
+    } else {
+      gemm<kOutputRows, kOutputVecs, true>(ws.s_t.data() + first, 1, kBlockM, ws.v.data(),
+                                           padded_d, o + first * padded_d, padded_d,
+                                           output_rows - first, padded_d, keys);
+    }
   }
 
   for (int64_t i = 0; i < rows; ++i) {

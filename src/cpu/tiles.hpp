@@ -9,6 +9,7 @@
 // without AVX, but every such call here is inlined.)
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -40,13 +41,15 @@ HOPATTN_ALWAYS_INLINE void store(float* p, Vec v) { __builtin_memcpy(p, &v, size
 HOPATTN_ALWAYS_INLINE Vec splat(float x) { return Vec{} + x; }
 HOPATTN_ALWAYS_INLINE Vec max(Vec a, Vec b) { return a > b ? a : b; }
 
-// 2^x to about 2 ulp for x <= 0, and exactly 0 for x < -126 (which includes the -inf of a
-// masked score). It plays the role of exp2f in softmax_numerator: libm's exp2f does not
-// vectorise without -ffast-math, and -ffast-math would fold away the -inf tests of
-// core/softmax_math.hpp. Range reduction to x = n + f with |f| <= 1/2, then the Cephes
-// exp2f minimax polynomial for 2^f and an exponent-field construction of 2^n.
+// 2^x to about 2 ulp for -126 <= x <= 127, exactly 0 for x < -126 (which includes the -inf of a
+// masked score), +inf from x >= 127.5 on and NaN for NaN. It plays the role of exp2f in the softmax:
+// libm's exp2f does not vectorise without -ffast-math, and -ffast-math would fold away the -inf
+// and NaN tests of core/softmax_math.hpp. Range reduction to x = n + f with |f| <= 1/2, then the
+// Cephes exp2f minimax polynomial for 2^f and an exponent-field construction of 2^n, whose
+// exponent field the clamp to [-126, 128] keeps from wrapping into the sign bit.
 HOPATTN_ALWAYS_INLINE Vec exp2(Vec x) {
-  const Vec clamped = x < -126.f ? splat(-126.f) : x;
+  const Vec low_clamped = x < -126.f ? splat(-126.f) : x;
+  const Vec clamped = low_clamped > 128.f ? splat(128.f) : low_clamped;
   const Vec shifter = splat(0x1.8p23f);  // adding it rounds to an integer in the low mantissa
   const Vec shifted = clamped + shifter;
   const Vec n = shifted - shifter;
@@ -61,7 +64,7 @@ HOPATTN_ALWAYS_INLINE Vec exp2(Vec x) {
   // Vector casts reinterpret bits: the integer n sits where `shifted` and `shifter` differ.
   const VecInt exponent = ((VecInt)shifted - (VecInt)shifter + 127) << 23;
   const Vec result = p * (Vec)exponent;
-  return x < -126.f ? Vec{} : result;
+  return x < -126.f ? Vec{} : result;  // above 127.5: n = 128, whose exponent field is +inf's
 }
 
 // The register tile: C[kRows x kVecs*kLanes] (+)= A[kRows x depth] * B[depth x kVecs*kLanes].

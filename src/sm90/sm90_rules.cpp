@@ -48,9 +48,13 @@ Status check_tma_layout(const TensorView& t, DType dtype) {
                 "-byte aligned; the SM90 backend loads tiles with TMA, which needs ", kTmaAlignment,
                 "-byte aligned addresses");
   }
+  // Every stride goes into the TMA descriptor, also a size-1 dimension's that is never stepped.
   for (const auto& [field, stride, size] : dimensions_of(t)) {
-    // Never stepped: tma_ready() gives the descriptor a valid stride of its own.
-    if (size == 1) continue;
+    if (stride == 0 && size == 1) {  // a zero stride of a larger dimension is a broadcast, below
+      return fail(Status::kUnsupported, t.name, ".", field,
+                  " is 0; the SM90 backend's TMA descriptors need positive strides, also for a "
+                  "dimension of size 1 (any positive multiple of 16 bytes will do there)");
+    }
     int64_t bytes = 0;
     if (stride < 0 || __builtin_mul_overflow(stride, element_size(dtype), &bytes)) {
       return fail(Status::kInvalidArgument, t.name, ".", field, " is ", stride,
@@ -121,21 +125,6 @@ std::array<TensorView, 4> tensors_of(const ForwardProblem& p) {
 }
 
 }  // namespace
-
-ForwardProblem tma_ready(const ForwardProblem& p) {
-  const int64_t unstepped = kUnsteppedStrideBytes / element_size(p.dtype);
-  const auto ready = [unstepped](const TensorView& t) {
-    return Strides{t.batch == 1 ? unstepped : t.stride.batch, t.rows == 1 ? unstepped : t.stride.seq,
-                   t.heads == 1 ? unstepped : t.stride.head};
-  };
-  const std::array<TensorView, 4> tensors = tensors_of(p);
-  ForwardProblem launched = p;
-  launched.q_stride = ready(tensors[0]);
-  launched.k_stride = ready(tensors[1]);
-  launched.v_stride = ready(tensors[2]);
-  launched.o_stride = ready(tensors[3]);
-  return launched;
-}
 
 Status check_forward_rules(const ForwardProblem& p) {
   const std::array<TensorView, 4> tensors = tensors_of(p);

@@ -11,26 +11,16 @@ namespace hopattn::sm90 {
 // v, o, lse, varlen->cu_seqlens_q, ...).
 //
 // With these rules passed, every TMA descriptor the kernels encode (cuTensorMapEncodeTiled via
-// CuTe's make_tma_copy, over the (rows, head_dim, heads, batch) view of sm90/kernel/tma.hpp, with
-// the strides of tma_ready() below) is within the driver's limits:
+// CuTe's make_tma_copy, over the (rows, head_dim, heads, batch) view of sm90/kernel/tma.hpp) is
+// within the driver's limits, so its creation cannot fail (CuTe would only print and assert, and
+// the assert is compiled out):
 //   - global address 16-byte aligned                         (q/k/v/o.data, checked here);
-//   - every global stride a multiple of 16 bytes and < 2^40  (each stepped stride, checked here;
-//     a size-1 dimension's stride is never stepped and tma_ready() replaces it by 16 bytes);
+//   - every global stride a multiple of 16 bytes and < 2^40  (checked here, also the stride of a
+//     size-1 dimension, which is never stepped but still goes into the descriptor);
 //   - every global dimension in [1, 2^32]                    (rows, heads, batch below 2^31,
 //     checked here; heads_kv <= heads_q; head_dim is one the kernel table lists);
 //   - box sizes <= 256, element strides 1, rank <= 5, swizzle no wider than the inner box: fixed
 //     by each kernel's configuration at compile time, not by the call.
-// The host still encodes a probe descriptor per tensor before each launch (forward_dispatch.cu),
-// so a refusal by a future driver becomes an error rather than a launch with a zeroed descriptor.
 Status check_forward_rules(const ForwardProblem& problem);
-
-// Bytes of the stride tma_ready() gives a size-1 dimension: the smallest a TMA descriptor takes.
-inline constexpr int64_t kUnsteppedStrideBytes = 16;
-
-// The problem the kernels are launched with: `problem` with the stride of every size-1 dimension
-// (a batch of one, every varlen batch, a single row or head) set to kUnsteppedStrideBytes. Such a
-// stride is only ever multiplied by index 0, yet goes into the TMA descriptor, where the driver
-// would refuse one >= 2^40 bytes or not a multiple of 16; the caller's value there is meaningless.
-ForwardProblem tma_ready(const ForwardProblem& problem);
 
 }  // namespace hopattn::sm90

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <thread>
@@ -17,8 +18,8 @@ namespace {
 
 TEST(ThreadPool, RunsEveryIndexOnce) {
   ThreadPool& pool = ThreadPool::instance();
-  EXPECT_EQ(pool.thread_count(),
-            static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  EXPECT_EQ(pool.thread_count(), thread_count_from(std::getenv("HOPATTN_NUM_THREADS"),
+                                                  std::thread::hardware_concurrency()));
   for (int64_t count : {0, 1, 2, 7, 1000}) {
     std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
     pool.parallel_for(count, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
@@ -360,16 +361,132 @@ TEST_F(Validation, RejectsNegativeStrides) {
 }
 
 TEST_F(Validation, RejectsExtentThatOverflowsInt64) {
-  k.seq_stride = int64_t{1} << 62;  // (80 - 1) * 2^62 overflows
+  k.seq_stride = int64_t{1} << 61;  // (80 - 1) * 2^61 overflows
   expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "k: the offset of its last element");
   SetUp();
   // The offset fits, its size in bytes (2 per bfloat16 element) does not.
   v.batch = 1;
   v.seqlen = 2;
   v.batch_stride = 0;
-  v.seq_stride = (int64_t{1} << 62) + 1;
+  v.seq_stride = (int64_t{1} << 62) - 32;  // 2^63 - 64 bytes: the stride fits, the extent not
   expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
                   "v: the offset of its last element, or its extent in bytes");
+}
+
+// --- Hardening (issue 10): every stride in bytes fits int64, data aligned to its element,
+// enums read as integers, a bound on the CPU backend's work ---
+
+TEST_F(Validation, RejectsStrideWhoseBytesOverflowInt64) {
+  // A size-1 dimension's stride never enters the extent, but stride * element_size is computed
+  // (sm90_rules: the TMA stride in bytes), and overflowed.
+  q.batch = o.batch = k.batch = v.batch = 1;
+  q.batch_stride = INT64_MAX;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "q.batch_stride is 9223372036854775807; a stride in bytes (2 per element) "
+                  "must fit in int64");
+  SetUp();
+  k.heads = v.heads = 1;
+  q.heads = o.heads = 2;
+  q.head_stride = o.head_stride = 64;
+  q.seq_stride = o.seq_stride = 128;
+  q.batch_stride = o.batch_stride = 64 * 128;
+  k.head_stride = INT64_MAX / 2 + 1;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "k.head_stride is 4611686018427387904");
+  k.head_stride = INT64_MAX / 2;  // 2^63 - 2 bytes: fits
+  expect_accepted();
+}
+
+TEST_F(Validation, RejectsDataNotAlignedToTheElementSize) {
+  for (const char* name : kTensorNames) {
+    SCOPED_TRACE(name);
+    SetUp();
+    tensor(name)->data = static_cast<char*>(tensor(name)->data) + 1;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    std::string(name) +
+                        ".data is not 2-byte aligned; a bfloat16 tensor must start at a "
+                        "multiple of its element size");
+  }
+  for (hopattn_tensor* t : {&q, &k, &v, &o}) t->dtype = HOPATTN_DTYPE_FLOAT32;
+  for (int offset : {1, 2, 3}) {
+    SetUp();
+    for (hopattn_tensor* t : {&q, &k, &v, &o}) t->dtype = HOPATTN_DTYPE_FLOAT32;
+    v.data = static_cast<char*>(v.data) + offset;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "v.data is not 4-byte aligned; a float32");
+  }
+  SetUp();
+  for (hopattn_tensor* t : {&q, &k, &v, &o}) t->dtype = HOPATTN_DTYPE_FLOAT32;
+  k.data = static_cast<char*>(k.data) + 4;
+  expect_accepted();
+}
+
+// A C caller may store any int in an enum field; validation reads it as an integer (under UBSan a
+// load of an out-of-range enum object is an error, -fsanitize=enum).
+TEST_F(Validation, ReadsEnumFieldsAsIntegers) {
+  for (int value : {-1, 3, 255, INT32_MAX, INT32_MIN}) {
+    SCOPED_TRACE(value);
+    SetUp();
+    std::memcpy(&k.dtype, &value, sizeof value);
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "k.dtype is " + std::to_string(value) + "; allowed: 0 (float32)");
+    SetUp();
+    std::memcpy(&options.backend, &value, sizeof value);
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "options.backend is " + std::to_string(value) + "; allowed: 0 (AUTO)");
+  }
+}
+
+TEST_F(Validation, CpuRefusesCallsAboveTheWorkBound) {
+  // One key broadcast to 2^40 and to 2^63 - 1 rows: a few bytes, unbounded work.
+  for (int64_t keys : {int64_t{1} << 40, INT64_MAX}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(keys);
+      SetUp();
+      k.seqlen = v.seqlen = keys;
+      k.seq_stride = v.seq_stride = 0;
+      options.causal = causal;
+      expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                      "exceeds the CPU backend's limit of 2^44 = 17592186044416 per call");
+    }
+  }
+  SetUp();
+  k.seqlen = v.seqlen = INT64_MAX;
+  k.seq_stride = v.seq_stride = 0;
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                  "the call's work, q.batch * q.heads * q.seqlen * k.seqlen * q.head_dim = more "
+                  "than 2^63 multiply-adds");
+  // At the bound exactly: 2 * 4 * 64 * 2^29 * 64 = 2^44.
+  SetUp();
+  k.seqlen = v.seqlen = int64_t{1} << 29;
+  k.seq_stride = v.seq_stride = 0;
+  k.batch_stride = v.batch_stride = 0;
+  expect_accepted();
+  k.seqlen = v.seqlen = (int64_t{1} << 29) + 1;
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED, "= 17592186077184 multiply-adds");
+  // The SM90 backend has its own (32-bit) bounds and refuses zero strides anyway.
+}
+
+TEST_F(Validation, CpuWorkBoundCountsVarlenSequences) {
+  as_varlen();
+  expect_accepted();  // 4 heads * 64 * (10 * 30 + 0 + 30 * 25)
+  // Broadcast q, k and v rows: 2^21 queries over 2^31 - 1 keys in two sequences, 2^59 in all.
+  lse = nullptr;
+  q.seqlen = o.seqlen = int64_t{1} << 21;
+  q.seq_stride = q.batch_stride = 0;
+  o.seq_stride = 4 * 64;
+  o.batch_stride = o.seqlen * o.seq_stride;
+  o.data = reinterpret_cast<void*>(uintptr_t{1} << 44);  // never touched
+  k.seqlen = v.seqlen = INT32_MAX;
+  k.seq_stride = v.seq_stride = 0;
+  k.batch_stride = v.batch_stride = 0;
+  cu_seqlens_q = {0, 1 << 20, 1 << 20, 1 << 21};
+  cu_seqlens_k = {0, 1 << 30, 1 << 30, INT32_MAX};
+  varlen.cu_seqlens_q = cu_seqlens_q.data();
+  varlen.cu_seqlens_k = cu_seqlens_k.data();
+  varlen.max_seqlen_q = 1 << 20;
+  varlen.max_seqlen_k = 1 << 30;
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                  "q.heads * q.head_dim * (the sum over sequences of their query times key "
+                  "lengths)");
 }
 
 TEST_F(Validation, RejectsTensorRunningPastTheAddressSpace) {
@@ -913,13 +1030,19 @@ TEST_F(Validation, Sm90RejectsBroadcastViews) {
   expect_rejected(HOPATTN_ERROR_UNSUPPORTED, "q.head_stride is 0 (a broadcast view)");
 }
 
-TEST_F(Validation, Sm90AcceptsZeroStridesOfSizeOneDimensions) {
-  on_a_gpu();
+// A size-1 dimension is never stepped, but its stride still goes into the TMA descriptor, which
+// takes only positive multiples of 16 bytes (sm90_rules.hpp); the CPU backend takes any.
+TEST_F(Validation, Sm90RejectsZeroStridesOfSizeOneDimensionsTheCpuTakesThem) {
   for (hopattn_tensor* t : {&q, &k, &v, &o}) {
     t->batch = 1;
     t->batch_stride = 0;
   }
   expect_accepted();
+  on_a_gpu();
+  EXPECT_EQ(validate(), HOPATTN_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(last_error()).find("q.batch_stride is 0; the SM90 backend's TMA descriptors need positive strides"),
+            std::string::npos)
+      << last_error();
 }
 
 // Tensors too large for the slots: addresses far apart that nothing dereferences.

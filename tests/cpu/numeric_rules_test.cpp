@@ -1,0 +1,100 @@
+// The shared scalar rules at their edges (issue 10): the causal geometry without overflow, the
+// softmax exponent that never exceeds 0, the CPU exp2 clamped at both ends, NaN sums kept NaN.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "core/causal_mask.hpp"
+#include "core/softmax_math.hpp"
+#include "cpu/tiles.hpp"
+
+namespace hopattn {
+namespace {
+
+// The formula the geometry is defined by, in 128 bits.
+int64_t causal_key_end_wide(int64_t row, int64_t seqlen_q, int64_t seqlen_k) {
+  const __int128 end = static_cast<__int128>(row) + 1 + seqlen_k - seqlen_q;
+  return static_cast<int64_t>(end < 0 ? 0 : (end > seqlen_k ? seqlen_k : end));
+}
+
+TEST(CausalMask, EqualsTheFormulaWhereItFits) {
+  for (int64_t seqlen_q = 0; seqlen_q < 40; ++seqlen_q) {
+    for (int64_t seqlen_k = 0; seqlen_k < 40; ++seqlen_k) {
+      for (int64_t row = 0; row < seqlen_q + 300; ++row) {  // padded rows past seqlen_q too
+        ASSERT_EQ(causal_key_end(row, seqlen_q, seqlen_k),
+                  causal_key_end_wide(row, seqlen_q, seqlen_k))
+            << row << " " << seqlen_q << " " << seqlen_k;
+      }
+    }
+  }
+}
+
+// seqlen_k near INT64_MAX (a zero-stride broadcast k), where row + 1 + seqlen_k - seqlen_q
+// overflowed (UBSan: signed overflow in causal_mask.hpp).
+TEST(CausalMask, NoOverflowAtTheEndsOfInt64) {
+  const int64_t big[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX / 2, int64_t{1} << 62};
+  for (int64_t seqlen_k : big) {
+    for (int64_t seqlen_q : {int64_t{1}, int64_t{2}, int64_t{192}, int64_t{1} << 40}) {
+      for (int64_t row : {int64_t{0}, seqlen_q - 1, seqlen_q + 191}) {
+        EXPECT_EQ(causal_key_end(row, seqlen_q, seqlen_k),
+                  causal_key_end_wide(row, seqlen_q, seqlen_k));
+        EXPECT_EQ(causal_key_end(row, seqlen_k, seqlen_q),
+                  causal_key_end_wide(row, seqlen_k, seqlen_q));
+      }
+    }
+    EXPECT_EQ(causal_key_end(seqlen_k - 1, seqlen_k, seqlen_k), seqlen_k);
+    EXPECT_EQ(causal_key_end(seqlen_k, seqlen_k, seqlen_k), seqlen_k);
+    EXPECT_EQ(causal_key_end(0, seqlen_k, 1), 0);
+  }
+}
+
+TEST(SoftmaxRules, ExponentNeverExceedsZero) {
+  // The largest score of a row against the max: with the old contracted form
+  // score * scale_log2 - max * scale_log2 this gave exponents up to half an ulp of the scaled max.
+  for (float score : {5e9f, 1e12f, -1e12f, 3e38f, -3e38f, 1.f, 1e-30f}) {
+    for (float scale : {1.f, 0.125f, 1e30f, FLT_MAX}) {
+      const float scale_log2 = finite_scale_log2(scale);
+      ASSERT_TRUE(std::isfinite(scale_log2));
+      EXPECT_EQ(softmax_exponent(score, score, scale_log2), 0.f) << score << " " << scale;
+      EXPECT_LE(softmax_exponent(std::nextafter(score, -INFINITY), score, scale_log2), 0.f);
+      EXPECT_EQ(bounded_rescale_factor(score, score, scale_log2), 1.f);
+    }
+  }
+  EXPECT_EQ(softmax_exponent(-INFINITY, 0.f, 1.f), -INFINITY);  // masked, in an all-masked row
+  EXPECT_EQ(softmax_exponent(-INFINITY, 1e30f, 1.f), -INFINITY);
+  EXPECT_TRUE(std::isnan(softmax_exponent(NAN, 1.f, 1.f)));
+  EXPECT_TRUE(std::isnan(softmax_exponent(1.f, NAN, 1.f)));
+  EXPECT_TRUE(std::isnan(bounded_rescale_factor(NAN, NAN, 1.f)));
+  EXPECT_EQ(bounded_rescale_factor(-INFINITY, 3.f, 1.f), 0.f);
+}
+
+// -inf means "this row saw no key" and nothing else; a NaN sum stays NaN.
+TEST(SoftmaxRules, NaNSumGivesNaNNotTheNoKeyValues) {
+  EXPECT_EQ(inverse_row_sum(0.f), 0.f);
+  EXPECT_EQ(row_log_sum_exp(-INFINITY, 0.f, 1.f), -INFINITY);
+  EXPECT_TRUE(std::isnan(inverse_row_sum(NAN)));
+  EXPECT_TRUE(std::isnan(row_log_sum_exp(1.f, NAN, 1.f)));
+  EXPECT_EQ(inverse_row_sum(2.f), 0.5f);
+  EXPECT_FLOAT_EQ(row_log_sum_exp(5e9f, 1.f, 1.f), 5e9f);
+}
+
+TEST(Tiles, Exp2IsClampedAtBothEnds) {
+  using cpu::Vec;
+  const Vec got = cpu::exp2(Vec{127.f, 128.5f, 200.f, 1e30f, INFINITY, NAN, 64.f, -126.f});
+  EXPECT_FLOAT_EQ(got[0], 0x1p127f);
+  for (int l = 1; l < 5; ++l) EXPECT_EQ(got[l], INFINITY) << l;
+  EXPECT_TRUE(std::isnan(got[5]));
+  EXPECT_FLOAT_EQ(got[6], 0x1p64f);
+  EXPECT_FLOAT_EQ(got[7], 0x1p-126f);
+  // Whatever the exponent, never a wrapped exponent field: no negative, no NaN from a number.
+  for (float x = -300.f; x <= 300.f; x += 0.37f) {
+    const float y = cpu::exp2(cpu::splat(x))[0];
+    ASSERT_FALSE(std::isnan(y)) << x;
+    ASSERT_GE(y, 0.f) << x;
+  }
+}
+
+}  // namespace
+}  // namespace hopattn
