@@ -47,7 +47,7 @@ run_mode() {
 case $1 in
 quick)
   build build-quick representative
-  gpu_tests build-quick '*bf16_d128*:Sm90VarlenMetadata.*:Sm90Backend.*'
+  gpu_tests build-quick '*bf16_d128*:Sm90Test.*:Sm90Backend.*'
   ;;
 tests)
   start_fa3_build
@@ -66,7 +66,7 @@ tests)
   tail -3 "$LOGS/pytest.log"
   echo "== compute-sanitizer"
   binary=$(find build-device -name test_sm90_forward -type f | head -1)
-  small='ShapeMatrix/*bf16_d128_causal_sq17_*:ShapeMatrix/*bf16_d128_full_sq129_*:ShapeMatrix/*fp16_d256_causal_sq300_sk77_*:ShapeMatrix/*bf16_d64_causal_sq77_sk300_*:VarlenMatrix/*bf16_d128_causal*:VarlenMatrix/*fp16_d64_full*:Sm90VarlenMetadata.*'
+  small='ShapeMatrix/*bf16_d128_causal_sq17_*:ShapeMatrix/*bf16_d128_full_sq129_*:ShapeMatrix/*fp16_d256_causal_sq300_sk77_*:ShapeMatrix/*bf16_d64_causal_sq77_sk300_*:VarlenMatrix/*bf16_d128_causal*:VarlenMatrix/*fp16_d64_full*:Sm90Test.Sm90VarlenMetadata*'
   for tool in memcheck racecheck synccheck initcheck; do
     timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$binary" --gtest_filter="$small" \
       >"$LOGS/sanitizer_$tool.log" 2>&1 || status=1

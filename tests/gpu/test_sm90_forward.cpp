@@ -44,6 +44,16 @@ std::string name_of(const Case& c) {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
 
+// Every GPU test: skipped, saying why, when no Hopper GPU is visible.
+class Sm90Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
+      GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
+    }
+  }
+};
+
 // A device tensor in (batch, seqlen, heads, head_dim) layout with `padding` unused elements after
 // each head vector, filled from N(0, 1) on the host (kept for the reference).
 struct DeviceTensor {
@@ -159,14 +169,7 @@ void expect_close(hopattn_dtype dtype, const std::string& name, const std::vecto
               lse_max_error);
 }
 
-class Sm90Forward : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
-      GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
-    }
-  }
-};
+class Sm90Forward : public Sm90Test, public ::testing::WithParamInterface<Case> {};
 
 TEST_P(Sm90Forward, MatchesFloat64Reference) {
   const Case c = GetParam();
@@ -272,10 +275,7 @@ TEST(Sm90Backend, BuildReportsKernels) {
 
 namespace {
 
-TEST(Sm90Backend, RejectsBroadcastStridesNamingTheTensor) {
-  if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
-    GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
-  }
+TEST_F(Sm90Test, Sm90BackendRejectsBroadcastStridesNamingTheTensor) {
   std::mt19937 rng(7);
   DeviceTensor q(HOPATTN_DTYPE_BFLOAT16, 2, 64, 2, 128, 0, rng);
   DeviceTensor k(HOPATTN_DTYPE_BFLOAT16, 1, 64, 2, 128, 0, rng);
@@ -344,14 +344,7 @@ hopattn_tensor host_sequence(const DeviceTensor& t, int64_t begin, int64_t lengt
   return view;
 }
 
-class Sm90Varlen : public ::testing::TestWithParam<VarlenCase> {
- protected:
-  void SetUp() override {
-    if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
-      GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
-    }
-  }
-};
+class Sm90Varlen : public Sm90Test, public ::testing::WithParamInterface<VarlenCase> {};
 
 TEST_P(Sm90Varlen, MatchesFloat64ReferencePerSequence) {
   const VarlenCase c = GetParam();
@@ -463,10 +456,7 @@ INSTANTIATE_TEST_SUITE_P(VarlenMatrix, Sm90Varlen, ::testing::ValuesIn(varlen_ma
 // cu_seqlens and seqused_k that lie (negative, decreasing, past the totals, near INT32_MAX) cannot be
 // checked without a device sync; the kernel clamps them, so the call must leave every byte outside
 // o and lse as it was. Run under compute-sanitizer memcheck by scripts/device_check.sh as well.
-TEST(Sm90VarlenMetadata, CorruptedCuSeqlensStayInsideTheTensors) {
-  if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
-    GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
-  }
+TEST_F(Sm90Test, Sm90VarlenMetadataCorruptedCuSeqlensStayInsideTheTensors) {
   std::mt19937 rng(11);
   const int64_t total_q = 1000, total_k = 900, heads = 4, head_dim = 128;
   DeviceTensor q(HOPATTN_DTYPE_BFLOAT16, 1, total_q, heads, head_dim, 0, rng);
@@ -533,10 +523,7 @@ namespace {
 
 // Causal tiles are scheduled from a counter in the workspace: the library's stream-ordered
 // allocation and a caller's buffer give bit-identical results, and non-causal calls need none.
-TEST(Sm90Workspace, CallerWorkspaceMatchesTheLibrarysOwn) {
-  if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
-    GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
-  }
+TEST_F(Sm90Test, Sm90WorkspaceCallerWorkspaceMatchesTheLibrarysOwn) {
   std::mt19937 rng(5);
   DeviceTensor q(HOPATTN_DTYPE_BFLOAT16, 2, 1000, 4, 128, 0, rng);
   DeviceTensor k(HOPATTN_DTYPE_BFLOAT16, 2, 1000, 4, 128, 0, rng);
