@@ -58,11 +58,13 @@ tests)
   lib=$(find build-device -name 'libhopattn.so' | head -1)
   cuobjdump -sass "$lib" >"$LOGS/sass_full.txt" 2>&1
   echo "SASS: $(grep -c HGMMA "$LOGS/sass_full.txt") HGMMA, $(grep -cE '\bLDL|\bSTL' "$LOGS/sass_full.txt") LDL/STL"
-  (cd build-device && timeout 300 ctest --output-on-failure -j 8 -LE gpu) >"$LOGS/ctest.log" 2>&1 || status=1
+  # The install tests need pkg-config and the wheel test PyPI, neither of which the device has;
+  # CI runs both.
+  (cd build-device && timeout 300 ctest --output-on-failure -j 8 -LE "gpu|install") >"$LOGS/ctest.log" 2>&1 || status=1
   tail -3 "$LOGS/ctest.log"
   gpu_tests build-device '*'
   export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python
-  timeout 300 python3 -m pytest -q tests/python >"$LOGS/pytest.log" 2>&1 || status=1
+  HOPATTN_SKIP_WHEEL_TEST=1 timeout 300 python3 -m pytest -q tests/python >"$LOGS/pytest.log" 2>&1 || status=1
   tail -3 "$LOGS/pytest.log"
   echo "== compute-sanitizer"
   binary=$(find build-device -name test_sm90_forward -type f | head -1)
