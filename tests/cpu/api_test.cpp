@@ -79,17 +79,6 @@ TEST(Api, DefaultOptions) {
   EXPECT_EQ(options.workspace_bytes, 0u);
 }
 
-TEST(Api, DefaultVarlen) {
-  const hopattn_varlen varlen = hopattn_default_varlen();
-  EXPECT_EQ(varlen.struct_size, sizeof(hopattn_varlen));
-  EXPECT_EQ(varlen.batch, 0);
-  EXPECT_EQ(varlen.cu_seqlens_q, nullptr);
-  EXPECT_EQ(varlen.cu_seqlens_k, nullptr);
-  EXPECT_EQ(varlen.seqused_k, nullptr);
-  EXPECT_EQ(varlen.max_seqlen_q, 0);
-  EXPECT_EQ(varlen.max_seqlen_k, 0);
-}
-
 // Memory for a growable struct followed by sentinel bytes that hopattn_init_* must not touch.
 template <class Struct>
 struct Sentineled {

@@ -67,10 +67,10 @@ struct OnlineSoftmax {
     bool needed = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) needed |= rescale(r) != 1.f;
-    // The factor is exactly 1 when a row's max did not grow, which after the first key blocks is
-    // the common case: the warp skips the multiplies when none of its rows grew. (FA3 rescales at
-    // every step; keeping a stale max longer, as FlashAttention-4 does, was measured 14% worse in
-    // RMSE on the outlier inputs: P's largest entry is then no longer the exact 1.)
+    // The factor is exactly 1 when a row's max did not grow: the warp skips the multiplies when
+    // none of its 16 rows grew. With the exact max that is about half the steps on N(0, 1) inputs
+    // at 8k and a fifth on the outlier inputs (bench/softmax_numerics.py); v8 measured no speed
+    // change from it. A stale max would skip nearly all, but cost 14% RMSE (performance log v7).
     if (!__any_sync(0xffffffff, needed)) return;
     Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
     CUTE_UNROLL
