@@ -28,4 +28,9 @@ double ForwardProblem::flops() const {
          sequence_forward_flops(causal, seqlens.seqlen_q, seqlens.seqlen_k, head_dim);
 }
 
+double BackwardProblem::flops() const {
+  return 2.5 * static_cast<double>(seqlens.batch) * static_cast<double>(heads_q) *
+         sequence_forward_flops(causal, seqlens.seqlen_q, seqlens.seqlen_k, head_dim);
+}
+
 }  // namespace hopattn

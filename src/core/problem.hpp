@@ -1,5 +1,5 @@
-// The problems every backend sees after validation, one struct per operation (forward now;
-// backward, FP8 and KV-cache later): shapes, the sequence layout, strides, pointers and the
+// The problems every backend sees after validation, one struct per operation (forward, backward;
+// FP8 and KV-cache later): shapes, the sequence layout, strides, pointers and the
 // resolved options. Built by api/ from the C arguments; core/ knows nothing of the C ABI.
 #pragma once
 
@@ -32,6 +32,39 @@ struct ForwardProblem {
 
   int64_t heads_per_kv_head() const { return heads_q / heads_kv; }
   // Forward FLOPs of a fixed-length problem (see sequence_forward_flops).
+  double flops() const;
+};
+
+// The gradients of a forward pass: from q, k, v, the forward's o and lse and the output gradient
+// d_o, the gradients dq, dk, dv (GQA: dk and dv summed over the query heads of each kv head).
+// lse is required: the backward recomputes P = exp(scale * QK^T - lse) from it.
+struct BackwardProblem {
+  DType dtype = DType::kFloat32;
+  SeqlenLayout seqlens;
+  int64_t heads_q = 0, heads_kv = 0;
+  int64_t head_dim = 0;
+
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* d_o = nullptr;
+  const float* lse = nullptr;  // lse_index() addresses it
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  Strides q_stride, k_stride, v_stride, o_stride, d_o_stride, dq_stride, dk_stride, dv_stride;
+
+  bool causal = false;
+  float softmax_scale = 0.f;   // resolved: never the "0 = default" sentinel
+  bool deterministic = false;  // bitwise-identical gradients run to run
+  void* cuda_stream = nullptr;
+  void* workspace = nullptr;  // the caller's, or null: the backend allocates what it needs
+  size_t workspace_bytes = 0;
+
+  int64_t heads_per_kv_head() const { return heads_q / heads_kv; }
+  // Backward FLOPs of a fixed-length problem: 2.5 times the forward's (five matrix products
+  // against the forward's two), the convention of FlashAttention's benchmarks.
   double flops() const;
 };
 
