@@ -186,6 +186,70 @@ HOPATTN_API hopattn_status hopattn_forward_workspace_size(const hopattn_tensor* 
                                                           const hopattn_forward_options* options,
                                                           size_t* bytes);
 
+/*
+ * Options of the backward pass; a growable struct like hopattn_forward_options.
+ */
+typedef struct hopattn_backward_options {
+  size_t struct_size; /* sizeof(hopattn_backward_options) */
+  int causal;         /* as in the forward call whose gradients are wanted */
+  float softmax_scale; /* as in the forward call; 0 selects 1/sqrt(head_dim) */
+  hopattn_backend backend;
+  void* cuda_stream;
+  /* Nonzero: bitwise-identical gradients from run to run on the same inputs (the SM90 backend
+   * orders its dq accumulation, at a cost README.md states). The CPU backend always is. */
+  int deterministic;
+  /* As in hopattn_forward_options, sized by hopattn_backward_workspace_size(). */
+  void* workspace;
+  size_t workspace_bytes;
+} hopattn_backward_options;
+
+/* struct_size = sizeof, causal = 0, softmax_scale = 0 (default), backend = AUTO, stream = NULL,
+ * deterministic = 0, workspace = NULL, workspace_bytes = 0. */
+static inline hopattn_backward_options hopattn_default_backward_options(void) {
+  hopattn_backward_options options;
+  memset(&options, 0, sizeof options);
+  options.struct_size = sizeof options;
+  options.backend = HOPATTN_BACKEND_AUTO;
+  return options;
+}
+
+/* As hopattn_init_forward_options, for hopattn_backward_options. */
+HOPATTN_API hopattn_status hopattn_init_backward_options(hopattn_backward_options* options,
+                                                         size_t struct_size);
+
+/*
+ * The gradients of hopattn_forward: given its inputs q, k, v, its output o and LSE, and the
+ * gradient d_o of a loss with respect to o, writes dq, dk and dv.
+ *   q, o, d_o, dq: (batch, seqlen_q, heads_q,  head_dim)
+ *   k, v, dk, dv:  (batch, seqlen_k, heads_kv, head_dim)  GQA: dk and dv summed over the
+ *                  heads_q / heads_kv query heads of each kv head
+ *   lse: float32 (batch, heads_q, seqlen_q) contiguous, as hopattn_forward wrote it (required)
+ * Every tensor shares q's dtype. dq, dk and dv are written whole (no accumulation into them)
+ * and may not overlap each other or any input. On the SM90 backend the call is asynchronous on
+ * options->cuda_stream.
+ */
+HOPATTN_API hopattn_status hopattn_backward(const hopattn_tensor* q, const hopattn_tensor* k,
+                                            const hopattn_tensor* v, const hopattn_tensor* o,
+                                            const hopattn_tensor* d_o, const float* lse,
+                                            hopattn_tensor* dq, hopattn_tensor* dk,
+                                            hopattn_tensor* dv,
+                                            const hopattn_backward_options* options);
+
+/* The variable-length form: tensors packed as hopattn_varlen describes, lse (heads_q, total_q). */
+HOPATTN_API hopattn_status hopattn_backward_varlen(
+    const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+    const hopattn_tensor* o, const hopattn_tensor* d_o, const float* lse, hopattn_tensor* dq,
+    hopattn_tensor* dk, hopattn_tensor* dv, const hopattn_varlen* varlen,
+    const hopattn_backward_options* options);
+
+/* The workspace hopattn_backward (varlen NULL) or hopattn_backward_varlen needs, in *bytes. */
+HOPATTN_API hopattn_status hopattn_backward_workspace_size(const hopattn_tensor* q,
+                                                           const hopattn_tensor* k,
+                                                           const hopattn_tensor* v,
+                                                           const hopattn_varlen* varlen,
+                                                           const hopattn_backward_options* options,
+                                                           size_t* bytes);
+
 /* The message of the last failed call on this thread ("" after a success). */
 HOPATTN_API const char* hopattn_last_error(void);
 

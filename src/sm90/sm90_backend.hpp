@@ -23,4 +23,12 @@ size_t forward_workspace_size(const ForwardProblem& problem);
 // reported through hopattn::set_error and returned.
 Status forward(const ForwardProblem& problem);
 
+// The backward kernels this build contains (a subset of the forward's dtype x head_dim).
+bool supports_backward(DType dtype, int64_t head_dim);
+// Bytes of workspace backward(problem) needs (the float32 dq accumulator, the row dot products
+// D = rowsum(dO * O), scheduler state); 0 when none.
+size_t backward_workspace_size(const BackwardProblem& problem);
+// As forward(): a validated problem, run on problem.cuda_stream.
+Status backward(const BackwardProblem& problem);
+
 }  // namespace hopattn::sm90

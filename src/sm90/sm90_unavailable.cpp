@@ -21,4 +21,10 @@ Status forward(const ForwardProblem&) {
                    "(HOPATTN_ENABLE_CUDA=OFF or no CUDA compiler found)");
 }
 
+bool supports_backward(DType, int64_t) { return false; }
+
+size_t backward_workspace_size(const BackwardProblem&) { return 0; }
+
+Status backward(const BackwardProblem&) { return forward(ForwardProblem{}); }
+
 }  // namespace hopattn::sm90
