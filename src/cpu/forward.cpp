@@ -229,7 +229,7 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const ForwardProblem& p, const Se
     for (int l = 0; l < kLanes; ++l) {
       const float old_max = row_max[c + l];
       const float new_max = std::max(old_max, block_max[l]);
-      exponent_max[c + l] = new_max == -INFINITY ? 0.f : new_max;
+      exponent_max[c + l] = exponent_row_max(new_max);
       rescale[c + l] = bounded_rescale_factor(old_max, new_max, scale_log2);
       row_max[c + l] = new_max;
     }
@@ -238,8 +238,7 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const ForwardProblem& p, const Se
     Vec sum = Vec{};
     for (int64_t j = 0; j < keys; ++j) {
       float* s = s_t + j * kBlockM + c;
-      const Vec exponent = (load(s) - lane_max) * scale_log2;
-      const Vec numerator = exp2(exponent > 0.f ? Vec{} : exponent);
+      const Vec numerator = exp2((load(s) - lane_max) * scale_log2);
       store(s, numerator);
       sum += numerator;
     }

@@ -7,6 +7,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "sm90/device_check.hpp"
 #include "sm90/kernel_table.hpp"
 #include "sm90/launch.cuh"
 #include "sm90/sm90_backend.hpp"
@@ -21,38 +22,6 @@ const KernelEntry* find_kernel(Operation operation, DType dtype, int64_t head_di
     if (entry.operation == operation && entry.dtype == dtype && entry.head_dim == head_dim) return &entry;
   }
   return nullptr;
-}
-
-Status check_device(ForwardProblem const& p) {
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    return set_error(Status::kBackendUnavailable, std::string("sm90: no CUDA device: ") + cudaGetErrorString(error));
-  }
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (major != 9 || minor != 0) {
-    return set_error(Status::kBackendUnavailable,
-                     "sm90: the current device " + std::to_string(device) + " has compute capability " +
-                         std::to_string(major) + "." + std::to_string(minor) + "; the kernels need 9.0 (H100/H200)");
-  }
-  const void* tensors[] = {p.q, p.k, p.v, p.o};
-  const char* names[] = {"q", "k", "v", "o"};
-  for (int i = 0; i < 4; ++i) {
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, tensors[i]) != cudaSuccess) {
-      cudaGetLastError();
-      continue;  // memory space is the API validation's concern
-    }
-    if (attributes.type == cudaMemoryTypeDevice && attributes.device != device) {
-      return set_error(Status::kInvalidArgument, std::string(names[i]) + ".data is on device " +
-                                                     std::to_string(attributes.device) +
-                                                     " but the current device is " + std::to_string(device));
-    }
-  }
-  return Status::kOk;
 }
 
 }  // namespace
@@ -110,7 +79,20 @@ size_t forward_workspace_size(const ForwardProblem& problem) {
 }
 
 Status forward(ForwardProblem const& problem) {
-  if (Status status = check_device(problem); status != Status::kOk) return status;
+  const SeqlenLayout& seqlens = problem.seqlens;
+  if (Status status = check_device({{problem.q, "q.data"},
+                                    {problem.k, "k.data"},
+                                    {problem.v, "v.data"},
+                                    {problem.o, "o.data"},
+                                    {problem.lse, "lse"},
+                                    {seqlens.cu_seqlens_q, "varlen->cu_seqlens_q"},
+                                    {seqlens.cu_seqlens_k, "varlen->cu_seqlens_k"},
+                                    {seqlens.seqused_k, "varlen->seqused_k"},
+                                    {problem.workspace, "options->workspace"}},
+                                   problem.cuda_stream);
+      status != Status::kOk) {
+    return status;
+  }
   const KernelEntry* kernel = find_kernel(Operation::kForward, problem.dtype, problem.head_dim);
   if (kernel == nullptr) {
     return set_error(Status::kUnsupported, std::string("dtype ") + dtype_name(problem.dtype) + " with head_dim " +

@@ -29,7 +29,7 @@ struct OnlineSoftmax {
   RowVector<kRows> row_max, row_sum;
   float scale_log2;
 
-  __device__ explicit OnlineSoftmax(float softmax_scale) : scale_log2(scale_log2_of(softmax_scale)) {
+  __device__ explicit OnlineSoftmax(float softmax_scale) : scale_log2(finite_scale_log2(softmax_scale)) {
     fill(row_max, -INFINITY);
     fill(row_sum, 0.f);
   }
@@ -48,13 +48,16 @@ struct OnlineSoftmax {
       for (int c = 0; c < size<1>(s); ++c) block_max = fmaxf(block_max, s(r, c));
       block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
       const float new_max = fmaxf(row_max(r), block_max);
-      rescale(r) = rescale_factor(row_max(r), new_max, scale_log2);
+      rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
       row_max(r) = new_max;
-      const float scaled_max = scaled_row_max(new_max, scale_log2);
+      // The max is subtracted before the scale is applied (softmax_exponent), so no exponent
+      // exceeds 0 whatever the scores' magnitude: an FADD and an FMUL per score where folding the
+      // max into an FFMA would round the scaled max and overflow or zero whole rows at |S| ~ 1e9.
+      const float max_or_zero = exponent_row_max(new_max);
       float block_sum = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = softmax_numerator(s(r, c), scale_log2, scaled_max);
+        s(r, c) = exp2f(softmax_exponent(s(r, c), max_or_zero, scale_log2));
         block_sum += s(r, c);
       }
       row_sum(r) = row_sum(r) * rescale(r) + block_sum;

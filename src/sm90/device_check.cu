@@ -1,0 +1,86 @@
+#include "sm90/device_check.hpp"
+
+#include <cstdio>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "core/error.hpp"
+
+namespace hopattn::sm90 {
+
+namespace {
+
+std::string runtime_error(cudaError_t error) {
+  cudaGetLastError();  // the query must not fail the caller's next CUDA call
+  return cudaGetErrorString(error);
+}
+
+std::string address(const void* pointer) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", pointer);
+  return text;
+}
+
+Status check_pointer(DevicePointer p, int device) {
+  cudaPointerAttributes attributes{};
+  const cudaError_t error = cudaPointerGetAttributes(&attributes, p.pointer);
+  const std::string what = std::string(p.name) + " (" + address(p.pointer) + ")";
+  if (error != cudaSuccess) {
+    return set_error(Status::kInvalidArgument,
+                     what + " is not memory the CUDA runtime can classify (cudaPointerGetAttributes: " +
+                         runtime_error(error) + "); the sm90 backend needs device memory");
+  }
+  switch (attributes.type) {
+    case cudaMemoryTypeManaged: return Status::kOk;  // any device may use it
+    case cudaMemoryTypeDevice:
+      if (attributes.device == device) return Status::kOk;
+      return set_error(Status::kInvalidArgument, what + " is on device " + std::to_string(attributes.device) +
+                                                     " but the current device is " + std::to_string(device));
+    case cudaMemoryTypeHost:
+    case cudaMemoryTypeUnregistered: break;
+  }
+  return set_error(Status::kInvalidArgument, what + " is host memory; the sm90 backend needs device memory");
+}
+
+Status check_stream(void* cuda_stream, int device) {
+  auto stream = static_cast<cudaStream_t>(cuda_stream);
+  // NULL and the two special handles name a stream of whichever device is current.
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return Status::kOk;
+  int stream_device = -1;
+  const cudaError_t error = cudaStreamGetDevice(stream, &stream_device);
+  if (error != cudaSuccess) {
+    return set_error(Status::kInvalidArgument, "options->cuda_stream (" + address(cuda_stream) +
+                                                   ") is not a CUDA stream (cudaStreamGetDevice: " +
+                                                   runtime_error(error) + ")");
+  }
+  if (stream_device == device) return Status::kOk;
+  return set_error(Status::kInvalidArgument, "options->cuda_stream belongs to device " +
+                                                 std::to_string(stream_device) + " but the current device is " +
+                                                 std::to_string(device));
+}
+
+}  // namespace
+
+Status check_device(std::initializer_list<DevicePointer> pointers, void* cuda_stream) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) {
+    return set_error(Status::kBackendUnavailable, "sm90: no CUDA device: " + runtime_error(error));
+  }
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0) {
+    return set_error(Status::kBackendUnavailable,
+                     "sm90: the current device " + std::to_string(device) + " has compute capability " +
+                         std::to_string(major) + "." + std::to_string(minor) + "; the kernels need 9.0 (H100/H200)");
+  }
+  for (const DevicePointer& p : pointers) {
+    if (p.pointer == nullptr) continue;
+    if (Status status = check_pointer(p, device); status != Status::kOk) return status;
+  }
+  return check_stream(cuda_stream, device);
+}
+
+}  // namespace hopattn::sm90
