@@ -60,6 +60,21 @@ class ForwardOptions(ctypes.Structure):
     ]
 
 
+class BackwardOptions(ctypes.Structure):
+    """hopattn_backward_options. Build it with default_backward_options()."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("causal", ctypes.c_int),
+        ("softmax_scale", ctypes.c_float),
+        ("backend", ctypes.c_int),
+        ("cuda_stream", ctypes.c_void_p),
+        ("deterministic", ctypes.c_int),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
 class Varlen(ctypes.Structure):
     """hopattn_varlen: a packed variable-length batch. Build it with default_varlen()."""
 
@@ -95,6 +110,20 @@ def default_varlen(lib: ctypes.CDLL) -> Varlen:
     return _init(lib, "hopattn_init_varlen", Varlen)
 
 
+def default_backward_options(lib: ctypes.CDLL) -> BackwardOptions:
+    return _init(lib, "hopattn_init_backward_options", BackwardOptions)
+
+
+# The backward entry points came with ABI 0.1's second half; a library built before them loads
+# (the forward works) and the backward says what is missing when it is called.
+BACKWARD_FUNCTIONS = ("hopattn_init_backward_options", "hopattn_backward",
+                      "hopattn_backward_varlen", "hopattn_backward_workspace_size")
+
+
+def has_backward(lib: ctypes.CDLL) -> bool:
+    return all(hasattr(lib, name) for name in BACKWARD_FUNCTIONS)
+
+
 def declare(lib: ctypes.CDLL) -> None:
     """Gives each exported function its C signature, so ctypes converts arguments checked."""
     tensor_p = ctypes.POINTER(Tensor)
@@ -122,6 +151,8 @@ def declare(lib: ctypes.CDLL) -> None:
         ctypes.POINTER(ctypes.c_size_t),
     ]
     lib.hopattn_forward_workspace_size.restype = ctypes.c_int
+    if has_backward(lib):
+        _declare_backward(lib)
     lib.hopattn_last_error.argtypes = []
     lib.hopattn_last_error.restype = ctypes.c_char_p
     lib.hopattn_status_name.argtypes = [ctypes.c_int]
@@ -134,3 +165,26 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.hopattn_backend_supports.restype = ctypes.c_int
     lib.hopattn_build_info.argtypes = []
     lib.hopattn_build_info.restype = ctypes.c_char_p
+
+
+def _declare_backward(lib: ctypes.CDLL) -> None:
+    tensor_p = ctypes.POINTER(Tensor)
+    options_p = ctypes.POINTER(BackwardOptions)
+    lib.hopattn_init_backward_options.argtypes = [options_p, ctypes.c_size_t]
+    lib.hopattn_init_backward_options.restype = ctypes.c_int
+    gradients = [
+        tensor_p, tensor_p, tensor_p, tensor_p, tensor_p,  # q, k, v, o, d_o
+        ctypes.c_void_p,                                   # const float* lse
+        tensor_p, tensor_p, tensor_p,                      # dq, dk, dv
+    ]
+    lib.hopattn_backward.argtypes = [*gradients, options_p]
+    lib.hopattn_backward.restype = ctypes.c_int
+    lib.hopattn_backward_varlen.argtypes = [*gradients, ctypes.POINTER(Varlen), options_p]
+    lib.hopattn_backward_varlen.restype = ctypes.c_int
+    lib.hopattn_backward_workspace_size.argtypes = [
+        tensor_p, tensor_p, tensor_p,
+        ctypes.POINTER(Varlen),  # NULL for the fixed-length backward
+        options_p,
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
+    lib.hopattn_backward_workspace_size.restype = ctypes.c_int

@@ -8,7 +8,6 @@ and its message (which names the argument at fault) is raised as HopattnError.
 """
 
 import contextlib
-import ctypes
 import math
 import numbers
 import operator
@@ -17,20 +16,23 @@ import sys
 
 import numpy as np
 
-from ._ctypes_api import Backend, DType, ForwardOptions, Tensor, default_forward_options
-from ._errors import InvalidArgumentError, InvalidTypeError
-from ._lib import library
+from ._ctypes_api import (Backend, DType, Status, Tensor, default_backward_options,
+                          default_forward_options, has_backward)
+from ._errors import HopattnError, InvalidArgumentError, InvalidTypeError
+from ._lib import find_library, library
 
 
 class Layout:
     """How the axes of a caller's tensor map onto the ABI's (batch, seqlen, heads, head_dim).
 
-    dims names the caller's axes in order; abi_axes gives, for each of the ABI's seqlen, heads and
-    head_dim, the caller's axis that holds it, and for batch the axis or None: a packed layout
-    (FlashAttention's varlen) is the ABI's (1, total, heads, head_dim).
+    name is attention()'s spelling ("bshd", "bhsd"; "packed" for varlen); dims names the caller's
+    axes in order; abi_axes gives, for each of the ABI's seqlen, heads and head_dim, the caller's
+    axis that holds it, and for batch the axis or None: a packed layout (FlashAttention's varlen)
+    is the ABI's (1, total, heads, head_dim).
     """
 
-    def __init__(self, dims, abi_axes, described_as, other_rank_hint):
+    def __init__(self, name, dims, abi_axes, described_as, other_rank_hint):
+        self.name = name
         self.dims = dims
         self.abi_axes = abi_axes
         self.described_as = described_as
@@ -67,14 +69,14 @@ _TO_FIXED = "; a (batch, seqlen, heads, head_dim) batch goes to hopattn.attentio
 
 # attention(layout=...): the ABI's own order, and PyTorch SDPA's (batch, heads, seqlen, head_dim).
 LAYOUTS = {
-    "bshd": Layout(("batch", "seqlen", "heads", "head_dim"), (0, 1, 2, 3),
+    "bshd": Layout("bshd", ("batch", "seqlen", "heads", "head_dim"), (0, 1, 2, 3),
                    " for layout='bshd'", _TO_VARLEN),
-    "bhsd": Layout(("batch", "heads", "seqlen", "head_dim"), (0, 2, 1, 3),
+    "bhsd": Layout("bhsd", ("batch", "heads", "seqlen", "head_dim"), (0, 2, 1, 3),
                    " for layout='bhsd'", _TO_VARLEN),
 }
 FIXED = LAYOUTS["bshd"]
-PACKED_Q = Layout(("total_q", "heads", "head_dim"), (None, 0, 1, 2), "", _TO_FIXED)
-PACKED_K = Layout(("total_k", "heads", "head_dim"), (None, 0, 1, 2), "", _TO_FIXED)
+PACKED_Q = Layout("packed", ("total_q", "heads", "head_dim"), (None, 0, 1, 2), "", _TO_FIXED)
+PACKED_K = Layout("packed", ("total_k", "heads", "head_dim"), (None, 0, 1, 2), "", _TO_FIXED)
 
 _NUMPY_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16": DType.BFLOAT16}
 _TORCH_DTYPES = {"torch.float32": DType.FLOAT32, "torch.float16": DType.FLOAT16,
@@ -131,19 +133,34 @@ def as_int(name, value) -> int:
     return value
 
 
+def _to_float32(value: float) -> float:
+    """A positive finite value rounded to float32 (nearest, ties to even; inf past its range), as
+    the C conversion to float does. Plain arithmetic rather than ctypes.c_float, which
+    torch.compile cannot trace: attention() runs this inside a compiled model."""
+    _, exponent = math.frexp(value)  # value = m * 2**exponent, 0.5 <= m < 1
+    quantum = max(exponent - 24, -149)  # 24 significant bits; subnormals step by 2**-149
+    rounded = math.ldexp(round(math.ldexp(value, -quantum)), quantum)
+    return rounded if rounded < 2.0 ** 128 else math.inf
+
+
+def check_scale_type(scale) -> None:
+    """Python's scale is None or a real number (its value is as_softmax_scale's to check)."""
+    if scale is not None and (_is_bool(scale) or not isinstance(scale, numbers.Real)):
+        raise InvalidTypeError(f"{_SCALE_RULE}; got {type_name(scale)} {reprlib.repr(scale)}")
+
+
 def as_softmax_scale(scale) -> float:
     """The ABI's softmax_scale (a float32; 0 means 1/sqrt(head_dim)) for Python's scale."""
+    check_scale_type(scale)
     if scale is None:
         return 0.0
-    if _is_bool(scale) or not isinstance(scale, numbers.Real):
-        raise InvalidTypeError(f"{_SCALE_RULE}; got {type_name(scale)} {reprlib.repr(scale)}")
     try:
         value = float(scale)
     except OverflowError:  # an int past float64's range
         value = math.inf
     if not (math.isfinite(value) and value > 0):
         raise InvalidArgumentError(f"{_SCALE_RULE}; got {reprlib.repr(scale)}")
-    as_float32 = ctypes.c_float(value).value
+    as_float32 = _to_float32(value)
     # Past float32's range the ABI would see inf, or 0, which it reads as the default.
     if not (math.isfinite(as_float32) and as_float32 > 0):
         raise InvalidArgumentError(f"{_SCALE_RULE}; got {reprlib.repr(scale)}, which is "
@@ -236,13 +253,19 @@ class NumpyFrontend:
 
     @contextlib.contextmanager
     def options(self, causal, softmax_scale):
-        """Options for a call made inside the block."""
-        yield _options(causal, softmax_scale, self.backend)
+        """Options for a call made inside the block (NumPy is forward only)."""
+        yield _options(default_forward_options, causal, softmax_scale, self.backend)
 
 
 class TorchFrontend:
     """PyTorch tensors: CPU tensors on the CPU backend, CUDA tensors on the SM90 backend on
-    torch.cuda.current_stream()."""
+    torch.cuda.current_stream().
+
+    check() and check_int32_vector() read only a tensor's metadata (type, device, dtype, shape,
+    strides), so they also run on the fake tensors of torch.compile's tracing and in the custom
+    operators' fake implementations (_torch_ops.py); input(), tensor() and int32_vector() read
+    data pointers, in the operators' real implementations only.
+    """
 
     def __init__(self, torch, q):
         self.torch = torch
@@ -260,43 +283,57 @@ class TorchFrontend:
             raise InvalidArgumentError(f"{name}: on {t.device}, but q is on {self.device}")
         return t
 
+    def check(self, name, t, layout):
+        """What input() would refuse, from metadata alone: the ABI (shape, strides)."""
+        self.array(name, t)
+        if self.on_cuda and t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
+            # A device copy would be a hidden allocation and launch on the caller's stream.
+            raise InvalidArgumentError(
+                f"{name}: head_dim must be contiguous (stride 1) for CUDA tensors, got stride "
+                f"{t.stride(-1)}; call .contiguous() first")
+        self.dtype(name, t)
+        return layout.to_abi(name, t.shape, t.stride())
+
     def input(self, name, t, layout):
         # Torch has neither byte orders nor negative strides; what the ABI cannot read is a
         # head_dim that is not unit-stride, or (torch.frombuffer at an odd offset) an address
         # that is no multiple of the element size. Host tensors are copied, as NumPy arrays are.
-        t = self.array(name, t)
+        self.check(name, t, layout)
         if t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
-            if self.on_cuda:
-                # A device copy would be a hidden allocation and launch on the caller's stream.
-                raise InvalidArgumentError(
-                    f"{name}: head_dim must be contiguous (stride 1) for CUDA tensors, got stride "
-                    f"{t.stride(-1)}; call .contiguous() first")
-            t = t.contiguous()
+            t = t.contiguous()  # host memory only: check() refused it on CUDA
         if not self.on_cuda and t.data_ptr() % t.element_size():
             t = t.clone(memory_format=self.torch.contiguous_format)  # a new, aligned buffer
         return t, self.tensor(name, t, layout)
 
-    def tensor(self, name, t, layout) -> Tensor:
+    def dtype(self, name, t) -> DType:
         dtype = _TORCH_DTYPES.get(str(t.dtype))
         if dtype is None:
             raise InvalidTypeError(f"{name}: dtype {t.dtype} is not supported; use "
                                    "torch.float32, torch.float16 or torch.bfloat16")
+        return dtype
+
+    def tensor(self, name, t, layout) -> Tensor:
+        dtype = self.dtype(name, t)
         shape, strides = layout.to_abi(name, t.shape, t.stride())
         return Tensor(t.data_ptr(), dtype, *shape, *strides[:3])
 
-    def int32_vector(self, name, t):
-        t = self.array(name, t)
+    def check_int32_vector(self, name, t):
+        """What int32_vector() would refuse, from metadata alone."""
+        self.array(name, t)
         if t.dtype != self.torch.int32:
             raise InvalidTypeError(f"{name}: dtype {t.dtype} is not supported; it must be "
                                    "torch.int32 (convert with .to(torch.int32))")
         if t.dim() != 1:
             raise InvalidArgumentError(f"{name}: expected 1 dimension, got shape "
                                        f"{tuple(t.shape)}")
+        if self.on_cuda and t.numel() > 1 and t.stride(0) != 1:
+            raise InvalidArgumentError(f"{name}: must be contiguous for CUDA tensors, got "
+                                       f"stride {t.stride(0)}; call .contiguous() first")
+
+    def int32_vector(self, name, t):
+        self.check_int32_vector(name, t)
         if t.numel() > 1 and t.stride(0) != 1:
-            if self.on_cuda:
-                raise InvalidArgumentError(f"{name}: must be contiguous for CUDA tensors, got "
-                                           f"stride {t.stride(0)}; call .contiguous() first")
-            t = t.contiguous()
+            t = t.contiguous()  # host memory only: check_int32_vector() refused it on CUDA
         return t, t.data_ptr()
 
     def empty(self, shape, like):
@@ -311,24 +348,61 @@ class TorchFrontend:
         return t.data_ptr()
 
     @contextlib.contextmanager
-    def options(self, causal, softmax_scale):
+    def _stream(self):
+        """The caller's current CUDA stream (None on the host), with q's device current."""
         if not self.on_cuda:
-            yield _options(causal, softmax_scale, self.backend)
+            yield None
             return
         cuda = self.torch.cuda
         with cuda.device(self.device):
-            stream = cuda.current_stream(self.device).cuda_stream
-            yield _options(causal, softmax_scale, self.backend, stream)
+            yield cuda.current_stream(self.device).cuda_stream
+
+    @contextlib.contextmanager
+    def options(self, causal, softmax_scale):
+        with self._stream() as stream:
+            yield _options(default_forward_options, causal, softmax_scale, self.backend, stream)
+
+    @contextlib.contextmanager
+    def backward_options(self, causal, softmax_scale, deterministic=False):
+        with self._stream() as stream:
+            options = _options(default_backward_options, causal, softmax_scale, self.backend,
+                               stream)
+            options.deterministic = 1 if deterministic else 0
+            yield options
 
 
-def _options(causal, softmax_scale, backend, stream=None) -> ForwardOptions:
-    """causal and softmax_scale as checked by as_flag and as_softmax_scale."""
-    options = default_forward_options(library())
+def _options(default, causal, softmax_scale, backend, stream=None):
+    """A ForwardOptions or BackwardOptions, made by default (its default_*_options), with causal
+    and softmax_scale as checked by as_flag and as_softmax_scale."""
+    options = default(library())
     options.causal = 1 if causal else 0
     options.softmax_scale = softmax_scale
     options.backend = backend
     options.cuda_stream = stream
     return options
+
+
+def backward_library():
+    """library(), once it is known to export the backward pass."""
+    lib = library()
+    if not has_backward(lib):
+        raise HopattnError(Status.UNSUPPORTED, f"the loaded library ({find_library()}, version "
+                           f"{lib.hopattn_version().decode()}) has no backward pass "
+                           "(hopattn_backward is missing): rebuild or reinstall it")
+    return lib
+
+
+def torch_ops_for(q):
+    """hopattn._torch_ops (the autograd-aware custom operators) when q is a torch.Tensor, else
+    None (then frontend_for(q) runs the call). A tensor can only exist if torch is already
+    imported, so NumPy callers never import it."""
+    torch = sys.modules.get("torch")
+    # torch.library.custom_op came with PyTorch 2.4; before it, torch tensors run forward only.
+    if (torch is not None and isinstance(q, torch.Tensor)
+            and hasattr(torch.library, "custom_op")):
+        from . import _torch_ops
+        return _torch_ops
+    return None
 
 
 def frontend_for(q):

@@ -19,7 +19,7 @@ HEADER = Path(__file__).resolve().parents[2] / "include" / "hopattn" / "hopattn.
 
 # C type name -> its mirror. A struct the header gains without a mirror fails the test below.
 STRUCTS = {"hopattn_tensor": api.Tensor, "hopattn_forward_options": api.ForwardOptions,
-           "hopattn_varlen": api.Varlen}
+           "hopattn_varlen": api.Varlen, "hopattn_backward_options": api.BackwardOptions}
 # C enum name -> (mirror, the prefix the mirror's member names drop).
 ENUMS = {"hopattn_status": (api.Status, ("HOPATTN_ERROR_", "HOPATTN_")),
          "hopattn_dtype": (api.DType, ("HOPATTN_DTYPE_",)),
@@ -106,6 +106,7 @@ def test_header_is_parsed():
     structs, enums = header_structs(), header_enums()
     assert structs["hopattn_tensor"][:3] == ["data", "dtype", "batch"]
     assert structs["hopattn_forward_options"][0] == "struct_size"
+    assert structs["hopattn_backward_options"][:2] == ["struct_size", "causal"]
     assert enums["hopattn_dtype"] == ["HOPATTN_DTYPE_FLOAT32", "HOPATTN_DTYPE_BFLOAT16",
                                       "HOPATTN_DTYPE_FLOAT16"]
 
@@ -162,6 +163,10 @@ class FakeLibrary:
     def hopattn_init_varlen(cls, pointer, struct_size):
         return cls._init("varlen", pointer, struct_size)
 
+    @classmethod
+    def hopattn_init_backward_options(cls, pointer, struct_size):
+        return cls._init("backward_options", pointer, struct_size)
+
     @staticmethod
     def hopattn_last_error():
         return b"struct_size is 1"
@@ -172,8 +177,11 @@ def test_struct_size_helpers_use_the_mirror_size(monkeypatch):
     assert api.default_forward_options(FakeLibrary).struct_size == ctypes.sizeof(
         api.ForwardOptions)
     assert api.default_varlen(FakeLibrary).struct_size == ctypes.sizeof(api.Varlen)
+    assert api.default_backward_options(FakeLibrary).struct_size == ctypes.sizeof(
+        api.BackwardOptions)
     assert FakeLibrary.sizes == {"options": ctypes.sizeof(api.ForwardOptions),
-                                 "varlen": ctypes.sizeof(api.Varlen)}
+                                 "varlen": ctypes.sizeof(api.Varlen),
+                                 "backward_options": ctypes.sizeof(api.BackwardOptions)}
 
 
 def test_struct_size_helpers_raise_when_the_library_refuses(monkeypatch):

@@ -58,3 +58,17 @@ def test_python_m_hopattn_without_a_library_says_why(tmp_path):
     assert result.returncode == 1
     assert result.stdout.splitlines() == [f"hopattn {hopattn.__version__}"]
     assert "library: not loaded: HOPATTN_LIBRARY=" in result.stderr
+
+
+def test_import_hopattn_does_not_import_torch():
+    # torch is optional: a NumPy call must not import it, installed or not.
+    code = ("import sys, numpy as np, hopattn\n"
+            "q = np.ones((1, 4, 2, 8), np.float32)\n"
+            "hopattn.attention(q, q, q)\n"
+            "hopattn.attention_varlen(q[0], q[0], q[0], np.array([0, 4], np.int32),\n"
+            "                         np.array([0, 4], np.int32), 4, 4)\n"
+            "assert 'torch' not in sys.modules, 'hopattn imported torch'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "HOPATTN_LIBRARY": str(_lib.find_library())},
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
