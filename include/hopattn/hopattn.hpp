@@ -6,6 +6,9 @@
 //   hopattn::ForwardOptions options;
 //   options.causal = true;
 //   hopattn::forward(q, k, v, o, lse, options);  // throws hopattn::Error on failure
+//   hopattn::BackwardOptions grad_options;
+//   grad_options.causal = true;
+//   hopattn::backward(q, k, v, o, d_o, lse, dq, dk, dv, grad_options);
 #pragma once
 
 #include <cstddef>
@@ -102,6 +105,28 @@ struct ForwardOptions {
   }
 };
 
+struct BackwardOptions {
+  bool causal = false;        // as in the forward call
+  float softmax_scale = 0.f;  // as in the forward call; 0: 1/sqrt(head_dim)
+  hopattn_backend backend = HOPATTN_BACKEND_AUTO;
+  void* cuda_stream = nullptr;
+  bool deterministic = false;  // bitwise-identical gradients run to run (the CPU always is)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  hopattn_backward_options to_c() const {
+    hopattn_backward_options options = hopattn_default_backward_options();
+    options.causal = causal ? 1 : 0;
+    options.softmax_scale = softmax_scale;
+    options.backend = backend;
+    options.cuda_stream = cuda_stream;
+    options.deterministic = deterministic ? 1 : 0;
+    options.workspace = workspace;
+    options.workspace_bytes = workspace_bytes;
+    return options;
+  }
+};
+
 // A variable-length batch (hopattn_varlen): int32 prefix sums in the backend's memory space.
 struct Varlen {
   int64_t batch = 0;
@@ -153,6 +178,42 @@ inline size_t forward_workspace_size(const Tensor& q, const Tensor& k, const Ten
   const hopattn_varlen c_varlen = varlen != nullptr ? varlen->to_c() : hopattn_default_varlen();
   size_t bytes = 0;
   check(hopattn_forward_workspace_size(
+      &q.raw, &k.raw, &v.raw, varlen != nullptr ? &c_varlen : nullptr, &c_options, &bytes));
+  return bytes;
+}
+
+// The gradients of forward(q, k, v, o, lse, ...) for the output gradient d_o: dq like q, dk and dv
+// like k (GQA: summed over each kv head's query heads). lse is the forward's, required.
+inline void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                     const Tensor& d_o, const float* lse, const MutableTensor& dq,
+                     const MutableTensor& dk, const MutableTensor& dv,
+                     const BackwardOptions& options = {}) {
+  const hopattn_backward_options c_options = options.to_c();
+  hopattn_tensor c_dq = dq.raw, c_dk = dk.raw, c_dv = dv.raw;
+  check(hopattn_backward(&q.raw, &k.raw, &v.raw, &o.raw, &d_o.raw, lse, &c_dq, &c_dk, &c_dv,
+                         &c_options));
+}
+
+// The variable-length form: every tensor of batch 1 packed as `varlen` says; lse (heads_q, total_q).
+inline void backward_varlen(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                            const Tensor& d_o, const float* lse, const MutableTensor& dq,
+                            const MutableTensor& dk, const MutableTensor& dv,
+                            const Varlen& varlen, const BackwardOptions& options = {}) {
+  const hopattn_backward_options c_options = options.to_c();
+  const hopattn_varlen c_varlen = varlen.to_c();
+  hopattn_tensor c_dq = dq.raw, c_dk = dk.raw, c_dv = dv.raw;
+  check(hopattn_backward_varlen(&q.raw, &k.raw, &v.raw, &o.raw, &d_o.raw, lse, &c_dq, &c_dk,
+                                &c_dv, &c_varlen, &c_options));
+}
+
+// Bytes of workspace backward (varlen null) or backward_varlen would need.
+inline size_t backward_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Varlen* varlen = nullptr,
+                                      const BackwardOptions& options = {}) {
+  const hopattn_backward_options c_options = options.to_c();
+  const hopattn_varlen c_varlen = varlen != nullptr ? varlen->to_c() : hopattn_default_varlen();
+  size_t bytes = 0;
+  check(hopattn_backward_workspace_size(
       &q.raw, &k.raw, &v.raw, varlen != nullptr ? &c_varlen : nullptr, &c_options, &bytes));
   return bytes;
 }

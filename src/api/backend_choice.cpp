@@ -103,4 +103,17 @@ Status check_backend_supports(hopattn_backend backend, DType dtype, int64_t head
   return Status::kOk;
 }
 
+Status check_backend_supports_backward(hopattn_backend backend, DType dtype, int64_t head_dim,
+                                       const SystemQueries& system) {
+  if (backend == HOPATTN_BACKEND_CPU) return check_backend_supports(backend, dtype, head_dim, system);
+  if (!system.sm90_supports_backward(dtype, head_dim)) {
+    return fail(Status::kUnsupported, "dtype ", dtype_name(dtype), " with head_dim ", head_dim,
+                " is not supported by the SM90 backend's backward pass (it supports ",
+                system.sm90_backward_supported_list(),
+                "; the CPU backend supports every dtype with head_dim 1 to ", cpu::kMaxHeadDim,
+                ")");
+  }
+  return Status::kOk;
+}
+
 }  // namespace hopattn

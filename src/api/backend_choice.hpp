@@ -32,6 +32,10 @@ Status check_memory_space(hopattn_backend backend, const std::vector<NamedPointe
 
 Status check_backend_supports(hopattn_backend backend, DType dtype, int64_t head_dim,
                               const SystemQueries& system);
+// The same for the backward pass: the CPU computes it wherever it computes the forward; SM90 has
+// its own (smaller) kernel list.
+Status check_backend_supports_backward(hopattn_backend backend, DType dtype, int64_t head_dim,
+                                       const SystemQueries& system);
 
 // The CPU backend's bound on the work of one call, in multiply-adds of Q K^T: the sum over
 // sequences of heads_q * seqlen_q * seqlen_k * head_dim (the mask not subtracted). Zero-stride

@@ -68,6 +68,37 @@ HOPATTN_API hopattn_status hopattn_forward_workspace_size(
   return guarded([&] { return hopattn::forward_workspace_size(q, k, v, varlen, options, bytes); });
 }
 
+HOPATTN_API hopattn_status hopattn_init_backward_options(hopattn_backward_options* options,
+                                                         size_t struct_size) {
+  return guarded([&] { return hopattn::init_backward_options(options, struct_size); });
+}
+
+HOPATTN_API hopattn_status hopattn_backward(const hopattn_tensor* q, const hopattn_tensor* k,
+                                            const hopattn_tensor* v, const hopattn_tensor* o,
+                                            const hopattn_tensor* d_o, const float* lse,
+                                            hopattn_tensor* dq, hopattn_tensor* dk,
+                                            hopattn_tensor* dv,
+                                            const hopattn_backward_options* options) {
+  return guarded([&] { return hopattn::backward(q, k, v, o, d_o, lse, dq, dk, dv, options); });
+}
+
+HOPATTN_API hopattn_status hopattn_backward_varlen(
+    const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+    const hopattn_tensor* o, const hopattn_tensor* d_o, const float* lse, hopattn_tensor* dq,
+    hopattn_tensor* dk, hopattn_tensor* dv, const hopattn_varlen* varlen,
+    const hopattn_backward_options* options) {
+  return guarded([&] {
+    return hopattn::backward_varlen(q, k, v, o, d_o, lse, dq, dk, dv, varlen, options);
+  });
+}
+
+HOPATTN_API hopattn_status hopattn_backward_workspace_size(
+    const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+    const hopattn_varlen* varlen, const hopattn_backward_options* options, size_t* bytes) {
+  return guarded(
+      [&] { return hopattn::backward_workspace_size(q, k, v, varlen, options, bytes); });
+}
+
 HOPATTN_API const char* hopattn_last_error(void) { return hopattn::last_error(); }
 
 HOPATTN_API const char* hopattn_status_name(hopattn_status status) {

@@ -14,10 +14,33 @@
 namespace hopattn {
 namespace {
 
+// "bfloat16 with head_dim 64/128; float16 with head_dim 64/128", or "nothing": what
+// sm90::supports_backward answers yes to, asked over the head_dims any backend accepts.
+std::string sm90_backward_supported_list() {
+  std::string list;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    std::string head_dims;
+    for (int64_t head_dim = 1; head_dim <= cpu::kMaxHeadDim; ++head_dim) {
+      if (!sm90::supports_backward(dtype, head_dim)) continue;
+      head_dims += (head_dims.empty() ? "" : "/") + std::to_string(head_dim);
+    }
+    if (head_dims.empty()) continue;
+    list += (list.empty() ? "" : "; ") + std::string(dtype_name(dtype)) + " with head_dim " +
+            head_dims;
+  }
+  return list.empty() ? "nothing" : list;
+}
+
 const SystemQueries& system_queries() {
-  static const SystemQueries queries{memory_space_of,        sm90::built,
-                                     sm90::device_available, sm90::supports,
-                                     sm90::supported_list,   sm90::forward_workspace_size};
+  static const SystemQueries queries{memory_space_of,
+                                     sm90::built,
+                                     sm90::device_available,
+                                     sm90::supports,
+                                     sm90::supported_list,
+                                     sm90::forward_workspace_size,
+                                     sm90::supports_backward,
+                                     sm90_backward_supported_list,
+                                     sm90::backward_workspace_size};
   return queries;
 }
 
@@ -31,6 +54,11 @@ std::string sm90_info() {
 Status run(const ForwardCall& call) {
   return call.backend == HOPATTN_BACKEND_SM90 ? sm90::forward(call.problem)
                                               : cpu::forward(call.problem);
+}
+
+Status run(const BackwardCall& call) {
+  return call.backend == HOPATTN_BACKEND_SM90 ? sm90::backward(call.problem)
+                                              : cpu::backward(call.problem);
 }
 
 }  // namespace
@@ -69,6 +97,46 @@ Status forward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
   return Status::kOk;
 }
 
+Status backward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+                const hopattn_tensor* o, const hopattn_tensor* d_o, const float* lse,
+                hopattn_tensor* dq, hopattn_tensor* dk, hopattn_tensor* dv,
+                const hopattn_backward_options* options) {
+  BackwardCall call;
+  if (Status s = validate_backward(q, k, v, o, d_o, lse, dq, dk, dv, options, system_queries(),
+                                   call);
+      s != Status::kOk) {
+    return s;
+  }
+  return run(call);
+}
+
+Status backward_varlen(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+                       const hopattn_tensor* o, const hopattn_tensor* d_o, const float* lse,
+                       hopattn_tensor* dq, hopattn_tensor* dk, hopattn_tensor* dv,
+                       const hopattn_varlen* varlen, const hopattn_backward_options* options) {
+  BackwardCall call;
+  if (Status s = validate_backward_varlen(q, k, v, o, d_o, lse, dq, dk, dv, varlen, options,
+                                          system_queries(), call);
+      s != Status::kOk) {
+    return s;
+  }
+  return run(call);
+}
+
+Status backward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
+                               const hopattn_tensor* v, const hopattn_varlen* varlen,
+                               const hopattn_backward_options* options, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes is NULL");
+  BackwardCall call;
+  if (Status s =
+          validate_backward_workspace_query(q, k, v, varlen, options, system_queries(), call);
+      s != Status::kOk) {
+    return s;
+  }
+  *bytes = call.workspace_needed;
+  return Status::kOk;
+}
+
 bool backend_available(int backend) {
   switch (backend) {
     case HOPATTN_BACKEND_AUTO:  // AUTO can always fall back to the CPU
@@ -91,7 +159,7 @@ bool backend_supports(int backend, int dtype, int64_t head_dim) {
 
 const char* build_info() {
   static const std::string info = "cpu: float32/bfloat16/float16, head_dim 1-" +
-                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA, varlen; " +
+                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA, varlen, backward; " +
                                   std::to_string(cpu::worker_count()) + " threads\n" + sm90_info();
   return info.c_str();
 }

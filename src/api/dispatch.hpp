@@ -20,6 +20,18 @@ Status forward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
                               const hopattn_tensor* v, const hopattn_varlen* varlen,
                               const hopattn_forward_options* options, size_t* bytes);
 
+Status backward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+                const hopattn_tensor* o, const hopattn_tensor* d_o, const float* lse,
+                hopattn_tensor* dq, hopattn_tensor* dk, hopattn_tensor* dv,
+                const hopattn_backward_options* options);
+Status backward_varlen(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+                       const hopattn_tensor* o, const hopattn_tensor* d_o, const float* lse,
+                       hopattn_tensor* dq, hopattn_tensor* dk, hopattn_tensor* dv,
+                       const hopattn_varlen* varlen, const hopattn_backward_options* options);
+Status backward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
+                               const hopattn_tensor* v, const hopattn_varlen* varlen,
+                               const hopattn_backward_options* options, size_t* bytes);
+
 // The enum arguments as the integers the caller passed (enum_value): any int may arrive.
 bool backend_available(int backend);
 bool backend_supports(int backend, int dtype, int64_t head_dim);

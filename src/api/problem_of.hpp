@@ -1,6 +1,6 @@
-// From the C arguments of a forward call to the ForwardProblem the backends read: the one place
-// that maps hopattn_tensor / hopattn_varlen / hopattn_forward_options onto core/ and resolves the
-// default softmax scale. It checks nothing: the API validates first (validate.hpp); the tests and
+// From the C arguments of a forward or backward call to the ForwardProblem / BackwardProblem the
+// backends read: the one place that maps hopattn_tensor / hopattn_varlen / the options onto core/
+// and resolves the default softmax scale. It checks nothing: the API validates first (validate.hpp); the tests and
 // tools build their own well-formed calls. Compiled into the library and, for them, into the
 // hopattn_reference library.
 #pragma once
@@ -25,5 +25,19 @@ ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k, cons
 ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_tensor& v,
                           const hopattn_tensor& o, float* lse, const hopattn_varlen& varlen,
                           const hopattn_forward_options& options);
+
+// hopattn_backward(q, k, v, o, d_o, lse, dq, dk, dv, &options). `options` is complete.
+BackwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k,
+                           const hopattn_tensor& v, const hopattn_tensor& o,
+                           const hopattn_tensor& d_o, const float* lse, const hopattn_tensor& dq,
+                           const hopattn_tensor& dk, const hopattn_tensor& dv,
+                           const hopattn_backward_options& options);
+
+// hopattn_backward_varlen(..., &varlen, &options).
+BackwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k,
+                           const hopattn_tensor& v, const hopattn_tensor& o,
+                           const hopattn_tensor& d_o, const float* lse, const hopattn_tensor& dq,
+                           const hopattn_tensor& dk, const hopattn_tensor& dv,
+                           const hopattn_varlen& varlen, const hopattn_backward_options& options);
 
 }  // namespace hopattn

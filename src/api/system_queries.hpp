@@ -20,6 +20,11 @@ struct SystemQueries {
   // For messages: what the SM90 kernels of this build cover ("nothing" without them).
   std::function<std::string()> sm90_supported_list;
   std::function<size_t(const ForwardProblem&)> sm90_forward_workspace_size;
+  // The backward kernels: which (dtype, head_dim) they cover, the same as a list for messages,
+  // and the workspace a problem needs.
+  std::function<bool(DType, int64_t)> sm90_supports_backward;
+  std::function<std::string()> sm90_backward_supported_list;
+  std::function<size_t(const BackwardProblem&)> sm90_backward_workspace_size;
 };
 
 }  // namespace hopattn

@@ -1,12 +1,16 @@
-// The one place where a forward call is checked: it turns the C arguments of hopattn_forward,
-// hopattn_forward_varlen and hopattn_forward_workspace_size into a resolved ForwardProblem and a
-// concrete backend, or into a status and a message that names the argument at fault and what is
-// allowed. Validation never reads or writes tensor memory (it reads the host-side varlen
-// metadata of a CPU call). The rules, by scope:
-//   tensor_rules.hpp     every tensor of every operation
-//   backend_choice.hpp   AUTO, memory spaces, what a backend is built for
-//   validate_forward.cpp the forward's shapes, lse, options, workspace and varlen metadata
-//   sm90/sm90_rules.hpp  what only the SM90 kernels need
+// The one place where a call is checked: it turns the C arguments of hopattn_forward,
+// hopattn_forward_varlen, hopattn_forward_workspace_size and their backward counterparts into a
+// resolved ForwardProblem / BackwardProblem and a concrete backend, or into a status and a
+// message that names the argument at fault and what is allowed. Validation never reads or writes
+// tensor memory (it reads the host-side varlen metadata of a CPU call). The rules, by scope:
+//   tensor_rules.hpp          every tensor of every operation
+//   call_rules.hpp            growable structs, backend and scale, varlen metadata, CPU work,
+//                             workspace: every operation's
+//   backend_choice.hpp        AUTO, memory spaces, what a backend is built for
+//   validate_forward.cpp      the forward's options, shapes and lse
+//   validate_backward.cpp     the backward's options, shapes, lse and outputs
+//   sm90/sm90_rules.hpp       what only the SM90 kernels need (the forward's tensors)
+//   sm90_backward_rules.hpp   the same rules over the backward's nine tensors
 #pragma once
 
 #include <cstddef>
@@ -23,20 +27,29 @@ struct ForwardCall {
   size_t workspace_needed = 0;  // bytes the backend needs for the problem
 };
 
+struct BackwardCall {
+  hopattn_backend backend = HOPATTN_BACKEND_CPU;  // CPU or SM90: AUTO is resolved
+  BackwardProblem problem;
+  size_t workspace_needed = 0;
+};
+
 // hopattn.h's inline defaults, the one definition: what a NULL options means, and the values of
 // the fields past an older caller's struct_size.
 hopattn_forward_options default_forward_options();
 hopattn_varlen default_varlen();
+hopattn_backward_options default_backward_options();
 
 // hopattn_init_forward_options and hopattn_init_varlen: the defaults written into the first
 // min(struct_size, sizeof) bytes, struct_size kept as the caller's.
 Status init_forward_options(hopattn_forward_options* options, size_t struct_size);
 Status init_varlen(hopattn_varlen* varlen, size_t struct_size);
+Status init_backward_options(hopattn_backward_options* options, size_t struct_size);
 
 // The struct sizes of the first versions of the growable structs: a smaller struct_size cannot
 // come from any hopattn.h (it is uninitialised or 0).
 extern const size_t kForwardOptionsFirstSize;
 extern const size_t kVarlenFirstSize;
+extern const size_t kBackwardOptionsFirstSize;
 
 // On failure each returns the status after hopattn::set_error; `call` is then unspecified.
 
@@ -58,5 +71,29 @@ Status validate_forward_workspace_query(const hopattn_tensor* q, const hopattn_t
                                         const hopattn_tensor* v, const hopattn_varlen* varlen,
                                         const hopattn_forward_options* options,
                                         const SystemQueries& system, ForwardCall& call);
+
+// hopattn_backward
+Status validate_backward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+                         const hopattn_tensor* o, const hopattn_tensor* d_o, const float* lse,
+                         const hopattn_tensor* dq, const hopattn_tensor* dk,
+                         const hopattn_tensor* dv, const hopattn_backward_options* options,
+                         const SystemQueries& system, BackwardCall& call);
+
+// hopattn_backward_varlen
+Status validate_backward_varlen(const hopattn_tensor* q, const hopattn_tensor* k,
+                                const hopattn_tensor* v, const hopattn_tensor* o,
+                                const hopattn_tensor* d_o, const float* lse,
+                                const hopattn_tensor* dq, const hopattn_tensor* dk,
+                                const hopattn_tensor* dv, const hopattn_varlen* varlen,
+                                const hopattn_backward_options* options,
+                                const SystemQueries& system, BackwardCall& call);
+
+// hopattn_backward_workspace_size: the checks of the call that q, k, v, varlen (NULL: fixed
+// length) and options allow. The problem has no o, d_o, lse or gradients (null pointers; o, d_o
+// and dq with q's strides, dk and dv with k's).
+Status validate_backward_workspace_query(const hopattn_tensor* q, const hopattn_tensor* k,
+                                         const hopattn_tensor* v, const hopattn_varlen* varlen,
+                                         const hopattn_backward_options* options,
+                                         const SystemQueries& system, BackwardCall& call);
 
 }  // namespace hopattn

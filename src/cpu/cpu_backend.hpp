@@ -1,6 +1,6 @@
 // The CPU backend: the tiled online-softmax algorithm of the GPU kernels, multithreaded over
-// (sequence, head, query block), float32 accumulation. Fixed-length and variable-length batches
-// alike, through core/seqlen.hpp.
+// (sequence, head, query block), float32 accumulation; and its backward pass, deterministic.
+// Fixed-length and variable-length batches alike, through core/seqlen.hpp.
 #pragma once
 
 #include <cstdint>
@@ -19,5 +19,11 @@ int worker_count();
 // Needs no workspace (each thread keeps its own tiles). Varlen metadata must be host memory,
 // checked by the API.
 Status forward(const ForwardProblem& problem);
+// dq, dk and dv from the forward's o and lse (FlashAttention's backward: P recomputed from the
+// LSE, D = rowsum(dO * O)). Two passes over the thread pool, dk/dv per (sequence, kv head, key
+// block) and then dq per (sequence, query head, query block), so that every output row is
+// written by one task in a fixed order: bitwise-identical results run to run, whatever the
+// thread count's scheduling. Needs no workspace; varlen metadata host memory, checked by the API.
+Status backward(const BackwardProblem& problem);
 
 }  // namespace hopattn::cpu

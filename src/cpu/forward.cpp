@@ -19,14 +19,6 @@
 #include "cpu/thread_pool.hpp"
 #include "cpu/tiles.hpp"
 
-// One build of the per-task code for AVX2 + FMA and one for the baseline, chosen when the
-// library loads (GNU ifunc), so the library runs on any x86-64 and uses FMA where it exists.
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
-#define HOPATTN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define HOPATTN_CPU_CLONES
-#endif
-
 namespace hopattn::cpu {
 namespace {
 

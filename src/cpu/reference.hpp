@@ -32,4 +32,13 @@ void reference_forward(const ForwardProblem& problem, std::vector<double>& out,
 void reference_rows(const ForwardProblem& problem, const std::vector<RowIndex>& rows,
                     std::vector<double>& out, std::vector<double>& lse);
 
+// The gradients of the forward, in float64 from q, k, v and d_o alone (problem.o and problem.lse
+// are not read): per row, P recomputed as the softmax of the scores the row sees, then
+// dV = P^T dO, dP = dO V^T, D_i = sum_j P_ij dP_ij, dS = P * (dP - D), dQ = scale dS K,
+// dK = scale dS^T Q; GQA sums dK and dV over the query heads of each kv head. dq is laid out as
+// reference_forward's out, dk and dv as (tensor batch, total_k, heads_kv, head_dim) contiguous.
+// Rows that see no key contribute nothing; rows no sequence covers (seqused_k's tails) stay 0.
+void reference_backward(const BackwardProblem& problem, std::vector<double>& dq,
+                        std::vector<double>& dk, std::vector<double>& dv);
+
 }  // namespace hopattn

@@ -2,11 +2,11 @@
 // GEMM micro-kernel, the vectorised exp2 of the softmax numerators, and 64-byte aligned storage.
 //
 // Everything is always_inline so that it compiles into the caller's instruction set: forward.cpp
-// builds its per-tile function once for x86-64-v3 (AVX2 + FMA) and once for the baseline, and
-// picks one at load time. The vectors are GCC vector extensions, not intrinsics, so the baseline
-// build lowers them to pairs of SSE operations and other architectures to theirs. (Includers
-// compile with -Wno-psabi: GCC warns that 32-byte vectors passed by value change the ABI
-// without AVX, but every such call here is inlined.)
+// and backward.cpp build their per-task functions (HOPATTN_CPU_CLONES) once for x86-64-v3
+// (AVX2 + FMA) and once for the baseline, and pick one at load time. The vectors are GCC vector
+// extensions, not intrinsics, so the baseline build lowers them to pairs of SSE operations and
+// other architectures to theirs. (Includers compile with -Wno-psabi: GCC warns that 32-byte
+// vectors passed by value change the ABI without AVX, but every such call here is inlined.)
 #pragma once
 
 #include <cmath>
@@ -16,6 +16,14 @@
 #include <new>
 
 #define HOPATTN_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// One build of the per-task code for AVX2 + FMA and one for the baseline, chosen when the
+// library loads (GNU ifunc), so the library runs on any x86-64 and uses FMA where it exists.
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define HOPATTN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HOPATTN_CPU_CLONES
+#endif
 
 namespace hopattn::cpu {
 

@@ -1,8 +1,9 @@
 /* The C ABI used from C (compiled as C11 with -Wpedantic -Werror): the growable structs and
- * their defaults, the workspace query and a variable-length call on the CPU backend. Checks what
- * it can know without a reference: under the causal mask, with as many queries as keys in a
- * sequence, the sequence's first query sees only its first key, so its output is that key's v
- * row; a sequence with queries and no keys gets O = 0 and LSE = -inf. */
+ * their defaults, the workspace queries and a variable-length forward and backward call on the
+ * CPU backend. Checks what it can know without a reference: under the causal mask, with as many
+ * queries as keys in a sequence, the sequence's first query sees only its first key, so its
+ * output is that key's v row; a sequence with queries and no keys gets O = 0 and LSE = -inf, and
+ * dq = 0; keys that no query sees get dk = dv = 0. */
 #include <hopattn/hopattn.h>
 #include <math.h>
 #include <stdio.h>
@@ -77,6 +78,53 @@ int main(void) {
       for (d = 0; d < kHeadDim; ++d) expect(o[(row * kHeads + h) * kHeadDim + d] == 0.f, "O = 0");
       expect(isinf(lse[h * kTotalQ + row]) && lse[h * kTotalQ + row] < 0, "LSE = -inf");
     }
+  }
+
+  /* The backward of the same call: every gradient written and finite, zeros where nothing
+   * reaches. */
+  {
+    float d_o[kTotalQ * kHeads * kHeadDim], dq[kTotalQ * kHeads * kHeadDim];
+    float dk[kTotalK * kHeads * kHeadDim], dv[kTotalK * kHeads * kHeadDim];
+    hopattn_tensor td_o = packed(d_o, kTotalQ), tdq = packed(dq, kTotalQ),
+                   tdk = packed(dk, kTotalK), tdv = packed(dv, kTotalK);
+    hopattn_backward_options backward = hopattn_default_backward_options();
+    hopattn_backward_options initialised;
+    int finite = 1;
+    for (i = 0; i < sizeof d_o / sizeof d_o[0]; ++i) d_o[i] = cosf(0.1f * (float)i), dq[i] = NAN;
+    for (i = 0; i < sizeof dk / sizeof dk[0]; ++i) dk[i] = dv[i] = NAN;
+    expect(backward.struct_size == sizeof(hopattn_backward_options), "backward.struct_size");
+    backward.causal = 1;
+    backward.backend = HOPATTN_BACKEND_CPU;
+    bytes = 1;
+    expect(hopattn_backward_workspace_size(&tq, &tk, &tv, &varlen, &backward, &bytes) ==
+               HOPATTN_OK && bytes == 0,
+           "hopattn_backward_workspace_size: none on the CPU");
+    expect(hopattn_backward_varlen(&tq, &tk, &tv, &to, &td_o, lse, &tdq, &tdk, &tdv, &varlen,
+                                   &backward) == HOPATTN_OK,
+           "hopattn_backward_varlen");
+    for (i = 0; i < sizeof dq / sizeof dq[0]; ++i) finite &= isfinite(dq[i]) != 0;
+    for (i = 0; i < sizeof dk / sizeof dk[0]; ++i) finite &= isfinite(dk[i]) && isfinite(dv[i]);
+    expect(finite, "every gradient written and finite");
+    for (row = 3; row < 7; ++row) {
+      for (i = 0; i < kHeads * kHeadDim; ++i) {
+        expect(dq[row * kHeads * kHeadDim + i] == 0.f, "dq = 0 for queries that see no key");
+      }
+    }
+    for (row = 3; row < 5; ++row) {
+      for (i = 0; i < kHeads * kHeadDim; ++i) {
+        expect(dk[row * kHeads * kHeadDim + i] == 0.f && dv[row * kHeads * kHeadDim + i] == 0.f,
+               "dk = dv = 0 for keys no query sees");
+      }
+    }
+    expect(hopattn_backward_varlen(&tq, &tk, &tv, &to, &td_o, NULL, &tdq, &tdk, &tdv, &varlen,
+                                   &backward) == HOPATTN_ERROR_INVALID_ARGUMENT &&
+               strstr(hopattn_last_error(), "lse is NULL") != NULL,
+           "the backward needs the LSE");
+    memset(&initialised, 0xff, sizeof initialised);
+    expect(hopattn_init_backward_options(&initialised, sizeof initialised) == HOPATTN_OK &&
+               initialised.struct_size == sizeof initialised && initialised.deterministic == 0 &&
+               initialised.backend == HOPATTN_BACKEND_AUTO && initialised.workspace == NULL,
+           "hopattn_init_backward_options gives the inline defaults");
   }
 
   options.struct_size = 0;

@@ -1,0 +1,82 @@
+// Rules shared by the calls of every operation (forward, backward) that are not about one tensor:
+// the growable structs and their hopattn_init_*, the options every operation has (backend, scale),
+// the varlen metadata, the CPU backend's work count and the caller's workspace. Each operation's
+// own rules (validate_forward.cpp, validate_backward.cpp) call these with its argument names.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "api/system_queries.hpp"
+#include "api/tensor_rules.hpp"
+#include "hopattn/hopattn.h"
+
+namespace hopattn {
+
+// The library allocates below this alignment itself (cudaMallocAsync gives 256 bytes), and the
+// backends may carve the workspace into vectorised buffers.
+constexpr uintptr_t kWorkspaceAlignment = 256;
+
+// The caller's struct as this library knows it: the first struct_size bytes the caller wrote,
+// the defaults for fields added after its hopattn.h.
+template <class Struct>
+Status read_growable(const Struct& given, const Struct& defaults, size_t first_size,
+                     const char* argument, const char* type, const char* default_function,
+                     const char* init_function, Struct& out) {
+  if (given.struct_size < first_size) {
+    return invalid(argument, "->struct_size is ", given.struct_size, "; it must be sizeof(", type,
+                   ") as the caller's hopattn.h defines it (at least ", first_size,
+                   "): initialise the struct with ", default_function, "() or ", init_function,
+                   "()");
+  }
+  out = defaults;
+  std::memcpy(&out, &given,
+              given.struct_size < sizeof(Struct) ? given.struct_size : sizeof(Struct));
+  out.struct_size = sizeof(Struct);
+  return Status::kOk;
+}
+
+// hopattn_init_*: the defaults in the caller's first struct_size bytes, and nothing past them.
+template <class Struct>
+Status init_growable(Struct* out, size_t struct_size, Struct defaults, size_t first_size,
+                     const char* argument, const char* type) {
+  if (out == nullptr) return invalid(argument, " is NULL; it must point to the caller's ", type);
+  if (struct_size < first_size) {
+    return invalid("struct_size is ", struct_size, "; it must be sizeof(", type,
+                   ") as the caller's hopattn.h defines it (at least ", first_size, ")");
+  }
+  defaults.struct_size = struct_size;
+  std::memcpy(out, &defaults, struct_size < sizeof(Struct) ? struct_size : sizeof(Struct));
+  return Status::kOk;
+}
+
+// options.backend (read as an integer) and options.softmax_scale.
+Status check_backend_and_scale(int backend, float softmax_scale);
+
+// The bytes of the LSE of a call with query tensor q: (batch, heads_q, seqlen_q) float32 values,
+// for varlen batch 1 and seqlen_q = total_q. Only once check_lse has accepted it.
+int64_t lse_bytes(const hopattn_tensor& q);
+// A non-null lse: 4-byte aligned, and lse_bytes(q) fit in int64 and the address space.
+Status check_lse(const hopattn_tensor& q, const float* lse);
+
+// What can be checked of varlen without reading its arrays.
+Status check_varlen_arguments(const hopattn_varlen& varlen);
+
+// The CPU backend reads the metadata itself (host memory), so it can be checked in full:
+// prefix sums from 0, non-decreasing, lengths <= max_seqlen, ending at the tensors' rows;
+// 0 <= seqused_k[b] <= the key length.
+Status check_varlen_metadata(const hopattn_varlen& varlen, int64_t total_q, int64_t total_k);
+
+// Multiply-adds of Q K^T (check_backend_work), or -1 on int64 overflow: fixed lengths from the
+// shapes, varlen (non-null) from the metadata (checked on the CPU, whose bound this is).
+int64_t call_work(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_varlen* varlen,
+                  std::string& formula);
+
+// A workspace the caller passed (non-null): large enough, aligned, in the backend's memory space.
+// `size_function` names the query that answers `needed`, for the message.
+Status check_workspace(const void* workspace, size_t workspace_bytes, hopattn_backend backend,
+                       size_t needed, const char* size_function, const SystemQueries& system);
+
+}  // namespace hopattn
