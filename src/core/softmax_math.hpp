@@ -30,6 +30,23 @@ HOPATTN_HOST_DEVICE float softmax_exponent(float score, float row_max, float sca
   return (score - row_max) * scale_log2;
 }
 
+// The form FlashAttention uses, one FMA: score * scale_log2 - scaled_max, with scaled_max the
+// rounded row_max * scale_log2 (of exponent_row_max). The rounding shifts every exponent of the row
+// by the same amount, up to half an ulp of scaled_max: which cancels in O except between key blocks,
+// and is at most 2^-14 while |scaled_max| < kFusedExponentLimit (a relative 1e-5 in P, against the
+// 2^-9 of rounding P to bf16 for P V). Beyond the limit the shift grows without bound (+128 at 2^32:
+// inf), so the SM90 kernel takes this form only where fused_exponent_applies, softmax_exponent
+// elsewhere.
+constexpr float kFusedExponentLimit = 1024.f;
+
+HOPATTN_HOST_DEVICE bool fused_exponent_applies(float scaled_max) {
+  return scaled_max < kFusedExponentLimit && scaled_max > -kFusedExponentLimit;  // false for NaN and inf
+}
+
+HOPATTN_HOST_DEVICE float fused_softmax_exponent(float score, float scale_log2, float scaled_max) {
+  return fmaf(score, scale_log2, -scaled_max);
+}
+
 // softmax_scale * log2(e), the scale of exponents in base 2, for a scale up to FLT_MAX: the
 // product overflows float32 above 2.4e38, and (score - max) * inf would be NaN for the max score
 // itself. FLT_MAX changes no exponent that exp2 does not already round to 0 or 1.

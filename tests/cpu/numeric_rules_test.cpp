@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <random>
 
 #include "core/causal_mask.hpp"
 #include "core/softmax_math.hpp"
@@ -68,6 +69,33 @@ TEST(SoftmaxRules, ExponentNeverExceedsZero) {
   EXPECT_TRUE(std::isnan(softmax_exponent(1.f, NAN, 1.f)));
   EXPECT_TRUE(std::isnan(bounded_rescale_factor(NAN, NAN, 1.f)));
   EXPECT_EQ(bounded_rescale_factor(-INFINITY, 3.f, 1.f), 0.f);
+}
+
+// The FMA form the SM90 kernel takes for small maxima: within 2^-14 of the exact exponent for every
+// row max below the limit (the rounding of the scaled max, the same shift for a whole row), and
+// never taken for a max beyond it, inf or NaN.
+TEST(SoftmaxRules, FusedExponentStaysNearTheExactOneWhereItApplies) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> log_magnitude(-10.f, 10.f);
+  std::uniform_real_distribution<float> below(0.f, 40.f);
+  int checked = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float scale_log2 = finite_scale_log2(std::exp2(log_magnitude(rng)));
+    const float row_max = (i % 2 ? -1.f : 1.f) * std::exp2(log_magnitude(rng)) * 8.f;
+    const float scaled_max = row_max * scale_log2;
+    if (!fused_exponent_applies(scaled_max)) continue;
+    const float score = row_max - below(rng) / scale_log2;
+    const double exact = (double(score) - double(row_max)) * double(scale_log2);
+    EXPECT_NEAR(fused_softmax_exponent(score, scale_log2, scaled_max), exact,
+                std::ldexp(1.0, -14) + std::abs(exact) * 1e-6)
+        << score << " " << row_max << " " << scale_log2;
+    ++checked;
+  }
+  EXPECT_GT(checked, 50000);
+  for (float scaled_max : {kFusedExponentLimit, -kFusedExponentLimit, 1e10f, INFINITY, -INFINITY, NAN}) {
+    EXPECT_FALSE(fused_exponent_applies(scaled_max)) << scaled_max;
+  }
+  EXPECT_TRUE(fused_exponent_applies(0.f));
 }
 
 // -inf means "this row saw no key" and nothing else; a NaN sum stays NaN.

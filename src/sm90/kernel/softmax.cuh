@@ -35,12 +35,14 @@ struct OnlineSoftmax {
   }
 
   // Turns the scores into P = exp(scale * (S - max)) in place and returns, per row, the factor by
-  // which the output accumulated so far must be rescaled for the new row maxima.
+  // which the output accumulated so far must be rescaled for the new row maxima. The maxima of all
+  // rows first, then the exponentials, so the max shuffles of every row are in flight together.
   template <class TensorS>
   __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
-    RowVector<kRows> rescale;
+    RowVector<kRows> rescale, max_or_zero;
+    bool fused = true;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       float block_max = -INFINITY;
@@ -50,17 +52,29 @@ struct OnlineSoftmax {
       const float new_max = fmaxf(row_max(r), block_max);
       rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
       row_max(r) = new_max;
-      // The max is subtracted before the scale is applied (softmax_exponent), so no exponent
-      // exceeds 0 whatever the scores' magnitude: an FADD and an FMUL per score where folding the
-      // max into an FFMA would round the scaled max and overflow or zero whole rows at |S| ~ 1e9.
-      const float max_or_zero = exponent_row_max(new_max);
-      float block_sum = 0.f;
+      max_or_zero(r) = exponent_row_max(new_max);
+      fused &= fused_exponent_applies(max_or_zero(r) * scale_log2);
+    }
+    // One FFMA per score (fused_softmax_exponent) while every row of the warp has a max small
+    // enough for it; otherwise an FADD and an FMUL (softmax_exponent), exact at any magnitude.
+    auto exponentiate = [&](auto exponent_of) {
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) {
-        s(r, c) = exp2f(softmax_exponent(s(r, c), max_or_zero, scale_log2));
-        block_sum += s(r, c);
+      for (int r = 0; r < kRows; ++r) {
+        const float scaled_max = max_or_zero(r) * scale_log2;
+        float block_sum = 0.f;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(s); ++c) {
+          s(r, c) = exp2f(exponent_of(s(r, c), max_or_zero(r), scaled_max));
+          block_sum += s(r, c);
+        }
+        row_sum(r) = row_sum(r) * rescale(r) + block_sum;
       }
-      row_sum(r) = row_sum(r) * rescale(r) + block_sum;
+    };
+    const float c = scale_log2;
+    if (__all_sync(0xffffffff, fused)) {
+      exponentiate([c](float score, float, float scaled_max) { return fused_softmax_exponent(score, c, scaled_max); });
+    } else {
+      exponentiate([c](float score, float max, float) { return softmax_exponent(score, max, c); });
     }
     return rescale;
   }
