@@ -1,0 +1,83 @@
+// One backward CTA's work: a key block of one kv head of one sequence, the query blocks that see
+// it (core/causal_mask.hpp's geometry, read from the key side) and the mask of the scores inside
+// a boundary block. Every role computes the same KeyBlockWork from blockIdx alone.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "core/causal_mask.hpp"
+#include "core/seqlen.hpp"
+#include "sm90/kernel/backward/workspace.hpp"
+#include "sm90/kernel/wgmma.hpp"
+
+namespace hopattn::sm90 {
+
+using namespace cute;
+
+// blockIdx.x = n_block + num_n_blocks * (head_kv + heads_kv * batch): the key block is the fastest
+// index, so the CTAs of one (head, sequence) start in key-block order. The deterministic dQ
+// accumulation waits on lower key blocks only, which therefore have started before.
+template <int kBlockM, int kBlockN, bool kCausal>
+struct KeyBlockWork {
+  int n_block, head_kv, batch;
+  Sequence seq;
+  int64_t key_rows;    // keys whose dK and dV this kernel stores: seq.seqlen_k, then zeros up to here
+  int m_begin, m_end;  // query blocks [m_begin, m_end) see some key of this block
+  int group;           // query heads per kv head: each is a further pass over the query blocks
+
+  __device__ KeyBlockWork(SeqlenLayout const& seqlens, int num_n_blocks, int heads_kv, int heads_per_kv_head) {
+    const int linear = int(blockIdx.x);
+    n_block = linear % num_n_blocks;
+    head_kv = linear / num_n_blocks % heads_kv;
+    batch = linear / num_n_blocks / heads_kv;
+    group = heads_per_kv_head;
+    seq = backward_sequence_of(seqlens, batch);
+    key_rows = backward_key_rows(seqlens, seq, batch);
+    m_end = int(ceil_div(seq.seqlen_q, int64_t(kBlockM)));
+    m_begin = 0;
+    if constexpr (kCausal) {
+      // Query i sees key j iff j <= i + seqlen_k - seqlen_q: the block's first key is seen from
+      // row first_key - seqlen_k + seqlen_q on, and so is every later row.
+      const int64_t first_row = int64_t(n_block) * kBlockN - seq.seqlen_k + seq.seqlen_q;
+      m_begin = first_row <= 0 ? 0 : int(first_row >= seq.seqlen_q ? m_end : first_row / kBlockM);
+    }
+  }
+
+  // Some key of this block has gradients (lies below seqused_k).
+  __device__ bool has_keys() const { return int64_t(n_block) * kBlockN < seq.seqlen_k; }
+  // Some key of this block has rows to store (zeros past seqused_k).
+  __device__ bool has_rows() const { return int64_t(n_block) * kBlockN < key_rows; }
+  __device__ int query_blocks() const { return m_end > m_begin ? m_end - m_begin : 0; }
+  // Steps over (query head of the group, query block), the query block fastest.
+  __device__ int steps() const { return has_keys() ? group * query_blocks() : 0; }
+  __device__ int head_of_step(int step) const { return head_kv * group + step / query_blocks(); }
+  __device__ int m_block_of_step(int step) const { return m_begin + step % query_blocks(); }
+
+  // Every score of (m_block, this key block) is visible: the block's last key lies inside the
+  // sequence and within the causal limit of the query block's first row.
+  __device__ bool fully_visible(int m_block) const {
+    const int64_t first_row = int64_t(m_block) * kBlockM;
+    return int64_t(n_block + 1) * kBlockN <= visible_key_end(kCausal, first_row, seq.seqlen_q, seq.seqlen_k);
+  }
+
+  // Sets to -inf the transposed scores (keys x queries) of keys a query does not see: past the
+  // sequence's keys or past the causal limit. Queries past the sequence need no mask: their
+  // LSE is +inf in the workspace, so P = 0. `coords` is the identity tensor of the
+  // (kBlockN, kBlockM) tile partitioned like `scores_t`.
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ void apply_mask(TensorS& scores_t, TensorC const& coords, int m_block) const {
+    Tensor s = make_tensor(scores_t.data(), accumulator_rows_cols(scores_t.layout()));
+    Tensor c = make_tensor(coords.data(), accumulator_rows_cols(coords.layout()));
+    CUTE_UNROLL
+    for (int col = 0; col < size<1>(s); ++col) {
+      const int64_t row = int64_t(m_block) * kBlockM + get<1>(c(0, col));
+      const int64_t key_end = visible_key_end(kCausal, row, seq.seqlen_q, seq.seqlen_k) - int64_t(n_block) * kBlockN;
+      CUTE_UNROLL
+      for (int r = 0; r < size<0>(s); ++r) {
+        if (get<0>(c(r, col)) >= key_end) s(r, col) = -INFINITY;
+      }
+    }
+  }
+};
+
+}  // namespace hopattn::sm90

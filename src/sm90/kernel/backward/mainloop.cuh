@@ -1,0 +1,311 @@
+// The backward mainloop collective, split by role. The producer warp brings the CTA's K and V
+// once, then streams Q with its LSE and dO with its D = rowsum(dO * O), one query block per step,
+// through two kStages-deep TMA pipelines. The consumer warpgroups recompute P from S and the LSE,
+// form dS = P * (dP - D), accumulate dV and dK in registers and add dQ into the float32
+// accumulator of the workspace. It owns its parameters (TMA descriptors, sequence layout, scale,
+// workspace) and its shared storage.
+//
+// Steps run over (query head of the kv head's group, query block): a kv head's dK and dV are the
+// sums over its query heads, so they keep accumulating in registers across the group.
+//
+// dQ = dS K is summed over key blocks, i.e. over CTAs: red.global.add into the workspace. With
+// `deterministic` the CTAs of a query block add in key-block order: a semaphore per (head, query
+// block) counts the key blocks that have added, and key block n waits for it to reach n.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "core/problem.hpp"
+#include "core/softmax_math.hpp"
+#include "sm90/kernel/backward/barriers.hpp"
+#include "sm90/kernel/backward/key_block.cuh"
+#include "sm90/kernel/backward/workspace.hpp"
+#include "sm90/kernel/tma.hpp"
+#include "sm90/kernel/wgmma.hpp"
+
+namespace hopattn::sm90 {
+
+using namespace cute;
+
+// Two adjacent floats added to global memory without a return value (sm_90's vector red).
+__device__ __forceinline__ void red_add_pair(float* address, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(address), "f"(a), "f"(b) : "memory");
+}
+
+__device__ __forceinline__ int load_acquire(int const* address) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+template <class Config_, bool kCausal>
+struct BackwardMainloop {
+  using Config = Config_;
+  using Element = typename Config::Element;
+  using Pipeline = typename Config::Pipeline;
+  using PipelineState = typename Config::PipelineState;
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kStages = Config::kStages;
+  static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
+  using Work = KeyBlockWork<kBlockM, kBlockN, kCausal>;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutK>, 1024> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutV>, 1024> v;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> d_o;
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;
+    alignas(16) cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
+    alignas(16) cute::array_aligned<float, kBlockM * kStages, 16> dpsum;
+    cutlass::arch::ClusterTransactionBarrier kv_full;
+    typename Pipeline::SharedStorage q_pipeline;
+    typename Pipeline::SharedStorage do_pipeline;
+  };
+
+  using TmaQ = TmaLoad<Element, decltype(take<0, 2>(typename Config::SmemLayoutQ{})), Shape<Int<kBlockM>, Int<kHeadDim>>>;
+  using TmaK = TmaLoad<Element, typename Config::SmemLayoutK, Shape<Int<kBlockN>, Int<kHeadDim>>>;
+  using TmaV = TmaLoad<Element, typename Config::SmemLayoutV, Shape<Int<kBlockN>, Int<kHeadDim>>>;
+
+  struct Params {
+    GmemShape shape_q, shape_kv;
+    typename TmaQ::Copy tma_load_q, tma_load_do;
+    typename TmaK::Copy tma_load_k;
+    typename TmaV::Copy tma_load_v;
+    SeqlenLayout seqlens;
+    int heads_kv, heads_per_kv_head, num_n_blocks;
+    float scale_log2;
+    BackwardWorkspace workspace;
+  };
+
+  static Params to_params(BackwardProblem const& p, BackwardWorkspace const& workspace) {
+    const int tensor_batch = p.seqlens.varlen() ? 1 : int(p.seqlens.batch);
+    Params params;
+    params.shape_q = GmemShape{int32_t(p.seqlens.total_q), int32_t(p.head_dim), int32_t(p.heads_q), tensor_batch};
+    params.shape_kv = GmemShape{int32_t(p.seqlens.total_k), int32_t(p.head_dim), int32_t(p.heads_kv), tensor_batch};
+    params.tma_load_q = TmaQ::make(static_cast<Element const*>(p.q), params.shape_q, p.q_stride);
+    params.tma_load_do = TmaQ::make(static_cast<Element const*>(p.d_o), params.shape_q, p.d_o_stride);
+    params.tma_load_k = TmaK::make(static_cast<Element const*>(p.k), params.shape_kv, p.k_stride);
+    params.tma_load_v = TmaV::make(static_cast<Element const*>(p.v), params.shape_kv, p.v_stride);
+    params.seqlens = p.seqlens;
+    params.heads_kv = int(p.heads_kv);
+    params.heads_per_kv_head = int(p.heads_per_kv_head());
+    params.num_n_blocks = int(ceil_div(p.seqlens.seqlen_k, int64_t(kBlockN)));
+    params.scale_log2 = finite_scale_log2(p.softmax_scale);
+    params.workspace = workspace;
+    return params;
+  }
+
+  __device__ static Work work_of(Params const& params) {
+    return Work(params.seqlens, params.num_n_blocks, params.heads_kv, params.heads_per_kv_head);
+  }
+
+  __device__ static void prefetch_descriptors(Params const& params) {
+    prefetch_tma_descriptor(params.tma_load_q.get_tma_descriptor());
+    prefetch_tma_descriptor(params.tma_load_do.get_tma_descriptor());
+    prefetch_tma_descriptor(params.tma_load_k.get_tma_descriptor());
+    prefetch_tma_descriptor(params.tma_load_v.get_tma_descriptor());
+  }
+
+  // Run by the whole producer warp; `leader` issues the copies. Rows of a tile past the sequence
+  // belong to the next sequence or lie outside the tensor (TMA fills those with zeros): the mask
+  // hides such keys and the workspace's LSE of +inf such queries.
+  __device__ static void load(Params const& params, SharedStorage& shared, Pipeline& q_pipeline,
+                              Pipeline& do_pipeline, Work const& work, bool leader) {
+    Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), typename Config::SmemLayoutV{});
+    Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(shared.d_o.data()), typename Config::SmemLayoutQ{});
+    const int tensor_batch = int(work.seq.tensor_batch);
+
+    Tensor mK = domain_offset(make_coord(int(work.seq.k_begin), _0{}),
+                              params.tma_load_k.get_tma_tensor(params.shape_kv)(_, _, work.head_kv, tensor_batch));
+    Tensor mV = domain_offset(make_coord(int(work.seq.k_begin), _0{}),
+                              params.tma_load_v.get_tma_tensor(params.shape_kv)(_, _, work.head_kv, tensor_batch));
+    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(work.n_block, _0{}));
+    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(work.n_block, _0{}));
+    auto [tKgK, tKsK] = tma_partition(params.tma_load_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(params.tma_load_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    if (leader) {
+      shared.kv_full.arrive_and_expect_tx(2 * Config::kKVTileBytes);
+      copy(params.tma_load_k.with(reinterpret_cast<uint64_t&>(shared.kv_full), 0), tKgK, tKsK);
+      copy(params.tma_load_v.with(reinterpret_cast<uint64_t&>(shared.kv_full), 0), tVgV, tVsV);
+    }
+
+    BackwardWorkspace const& ws = params.workspace;
+    auto state = cutlass::make_producer_start_state<Pipeline>();
+    const int steps = work.steps();
+    for (int step = 0; step < steps; ++step) {
+      const int head = work.head_of_step(step), m_block = work.m_block_of_step(step);
+      Tensor mQ = domain_offset(make_coord(int(work.seq.q_begin), _0{}),
+                                params.tma_load_q.get_tma_tensor(params.shape_q)(_, _, head, tensor_batch));
+      Tensor mdO = domain_offset(make_coord(int(work.seq.q_begin), _0{}),
+                                 params.tma_load_do.get_tma_tensor(params.shape_q)(_, _, head, tensor_batch));
+      Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
+      Tensor gdO = local_tile(mdO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
+      auto [tQgQ, tQsQ] = tma_partition(params.tma_load_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      auto [tdOgdO, tdOsdO] = tma_partition(params.tma_load_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                            group_modes<0, 2>(gdO));
+      const int64_t row = ws.row_index(work.seq, work.batch, head, int64_t(m_block) * kBlockM);
+      const int stage = int(state.index());
+
+      q_pipeline.producer_acquire(state);
+      if (leader) {
+        uint64_t* barrier = q_pipeline.producer_get_barrier(state);
+        copy(params.tma_load_q.with(*barrier, 0), tQgQ, tQsQ(_, stage));
+        SM90_BULK_COPY_G2S::copy(ws.lse_log2 + row, barrier, shared.lse_log2.data() + stage * kBlockM,
+                                 Config::kRowVectorBytes);
+      }
+      do_pipeline.producer_acquire(state);
+      if (leader) {
+        uint64_t* barrier = do_pipeline.producer_get_barrier(state);
+        copy(params.tma_load_do.with(*barrier, 0), tdOgdO, tdOsdO(_, stage));
+        SM90_BULK_COPY_G2S::copy(ws.dpsum + row, barrier, shared.dpsum.data() + stage * kBlockM,
+                                 Config::kRowVectorBytes);
+      }
+      ++state;
+    }
+  }
+
+  // Run by every consumer thread (`thread_idx` counts from 0 over the consumer warpgroups), for a
+  // key block with at least one step. dk and dv accumulate; dk is not yet scaled.
+  template <class FragdK, class FragdV>
+  __device__ static void mma(Params const& params, SharedStorage& shared, Pipeline& q_pipeline,
+                             Pipeline& do_pipeline, Work const& work, int thread_idx, FragdK& dk,
+                             FragdV& dv) {
+    Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutK{});
+    Tensor sKt = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKt{});
+    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), typename Config::SmemLayoutV{});
+    Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
+    Tensor sQt = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQt{});
+    Tensor sdO = make_tensor(make_smem_ptr(shared.d_o.data()), typename Config::SmemLayoutQ{});
+    Tensor sdOt = make_tensor(make_smem_ptr(shared.d_o.data()), typename Config::SmemLayoutQt{});
+    Tensor sdSt = make_tensor(make_smem_ptr(shared.ds.data()), typename Config::SmemLayoutdSt{});
+    Tensor sdS = make_tensor(make_smem_ptr(shared.ds.data()), typename Config::SmemLayoutdS{});
+
+    typename Config::TiledMmaSdP mma_sdp;
+    typename Config::TiledMmadKV mma_dkv;
+    typename Config::TiledMmadQ mma_dq;
+    auto thread_sdp = mma_sdp.get_thread_slice(thread_idx);
+    auto thread_dkv = mma_dkv.get_thread_slice(thread_idx);
+    auto thread_dq = mma_dq.get_thread_slice(thread_idx);
+    Tensor tSrK = thread_sdp.partition_fragment_A(sK);
+    Tensor tSrQ = thread_sdp.partition_fragment_B(sQ);
+    Tensor tdPrV = thread_sdp.partition_fragment_A(sV);
+    Tensor tdPrdO = thread_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdOt = thread_dkv.partition_fragment_B(sdOt);
+    Tensor tdKrQt = thread_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = thread_dq.partition_fragment_A(sdS);
+    Tensor tdQrKt = thread_dq.partition_fragment_B(sKt);
+    Tensor tScS = thread_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+    Tensor tdQcdQ = thread_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto thread_ds_copy = ds_copy.get_thread_slice(thread_idx);
+    Tensor tdSsdS = thread_ds_copy.partition_D(sdSt);
+
+    BackwardWorkspace const& ws = params.workspace;
+    const float scale_log2 = params.scale_log2;
+    PipelineState state;
+    shared.kv_full.wait(0);
+    const int steps = work.steps();
+    for (int step = 0; step < steps; ++step) {
+      const int head = work.head_of_step(step), m_block = work.m_block_of_step(step);
+      const int stage = int(state.index());
+
+      // S^T = K Q^T and dP^T = V dO^T, back to back; P's exponentials run under dP's product.
+      Tensor scores = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+      Tensor dp = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+      q_pipeline.consumer_wait(state);
+      warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/false>(mma_sdp, tSrK, tSrQ(_, _, _, stage), scores);
+      do_pipeline.consumer_wait(state);
+      warpgroup_gemm<true, false>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), dp);
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(scores);
+      if (!work.fully_visible(m_block)) work.apply_mask(scores, tScS, m_block);
+
+      // P = exp(scale * S - LSE) = exp2(S * scale_log2 - LSE_log2); the columns are the queries.
+      Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
+      Tensor c = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
+      float const* lse_log2 = shared.lse_log2.data() + stage * kBlockM;
+      CUTE_UNROLL
+      for (int col = 0; col < size<1>(s); ++col) {
+        const float row_lse = lse_log2[get<1>(c(0, col))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(s); ++r) s(r, col) = exp2f(s(r, col) * scale_log2 - row_lse);
+      }
+      Tensor p = convert_fragment<Element>(scores);
+
+      // dS = P * (dP - D), from P before its rounding to the element type.
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(dp);
+      Tensor d = make_tensor(dp.data(), accumulator_rows_cols(dp.layout()));
+      float const* dpsum = shared.dpsum.data() + stage * kBlockM;
+      CUTE_UNROLL
+      for (int col = 0; col < size<1>(d); ++col) {
+        const float row_dpsum = dpsum[get<1>(c(0, col))];
+        CUTE_UNROLL
+        for (int r = 0; r < size<0>(d); ++r) d(r, col) = s(r, col) * (d(r, col) - row_dpsum);
+      }
+      Tensor ds = convert_fragment<Element>(dp);
+
+      // dV += P^T dO and dK += dS^T Q, straight from the registers; dS^T also to shared memory.
+      warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
+                                   tdVrdOt(_, _, _, stage), dv);
+      warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
+                                   tdKrQt(_, _, _, stage), dk);
+      const int buffer = step % Config::kdSBuffers;
+      copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
+      cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
+      barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
+
+      // This warpgroup's head_dim half of dQ = dS K, over every key of the block.
+      Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+      warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
+      warpgroup_wait<0>();  // dV, dK and dQ: Q and dO may be overwritten
+      warpgroup_fence_operand(dq);
+      q_pipeline.consumer_release(state);
+      do_pipeline.consumer_release(state);
+      ++state;
+
+      add_dq(params, work, head, m_block, thread_idx, dq, tdQcdQ);
+    }
+  }
+
+ private:
+  template <class FragdQ, class Coords>
+  __device__ static void add_dq(Params const& params, Work const& work, int head, int m_block,
+                                int thread_idx, FragdQ const& dq, Coords const& coords) {
+    BackwardWorkspace const& ws = params.workspace;
+    const int64_t first_row = int64_t(m_block) * kBlockM;
+    int* semaphore = ws.semaphores == nullptr ? nullptr
+                                              : ws.semaphores + ws.block_index(work.seq, work.batch, head, first_row);
+    if (semaphore != nullptr) {
+      // Key blocks 0 .. n_block - 1 all see this query block (their query ranges reach at least as
+      // far up), so n_block adds come first. ">=" rather than "==" keeps metadata that
+      // overlaps two sequences from hanging the kernel.
+      if (thread_idx == 0) {
+        while (load_acquire(semaphore) < work.n_block) __nanosleep(64);
+      }
+      barrier_sync(kNumMmaThreads, BackwardBarrier::kdQTurn);
+    }
+    float* accum = ws.dq_accum + ws.row_index(work.seq, work.batch, head, first_row) * kHeadDim;
+    Tensor v = make_tensor(dq.data(), accumulator_rows_cols(dq.layout()));
+    Tensor c = make_tensor(coords.data(), accumulator_rows_cols(coords.layout()));
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(v); ++r) {
+      float* row = accum + get<0>(c(r, 0)) * kHeadDim;
+      CUTE_UNROLL
+      for (int col = 0; col < size<1>(v); col += 2) red_add_pair(row + get<1>(c(r, col)), v(r, col), v(r, col + 1));
+    }
+    if (semaphore != nullptr) {
+      __threadfence();
+      barrier_sync(kNumMmaThreads, BackwardBarrier::kdQTurn);
+      if (thread_idx == 0) atomicAdd(semaphore, 1);
+    }
+  }
+};
+
+}  // namespace hopattn::sm90
