@@ -4,11 +4,12 @@
 # skipped when its output already exists in this (warm) machine's build folders, so a run cut short
 # by the 10-minute limit continues in the next call. Logs go to $OUT/logs.tar.gz, the benchmark
 # JSON and PNG beside it; the last lines printed are the summary tables.
-#   usage: scripts/device_check.sh [quick|tests|bench|all]   (carry .deps and .peers)
+#   usage: scripts/device_check.sh [quick|tests|bench|bench-backward|all]   (carry .deps and .peers)
 #     all: tests, then bench, in one call (fits the 10-minute limit on a fresh machine)
 #     quick: the representative kernel only, its GPU tests (a first check of a new kernel)
 #     tests: every kernel, ptxas/SASS, every test, compute-sanitizer
 #     bench: FlashAttention-3 build, forward sweep and varlen benchmark
+#     bench-backward: the backward sweep (FA3's backward is in the same FA3 build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
@@ -26,7 +27,7 @@ FA3_DIR=$PWD/build-fa3
 start_fa3_build() {
   [[ -f .peers/fa3.tar.gz ]] || { echo "FA3: .peers/fa3.tar.gz not carried" >"$LOGS/fa3_build.log"; return; }
   ls "$FA3_DIR"/fa/hopper/flash_attn_3/_C*.so >/dev/null 2>&1 && return
-  (MAX_JOBS=10 bash .peers/build_fa3_min.sh .peers/fa3.tar.gz "$FA3_DIR" >"$LOGS/fa3_build.log" 2>&1) &
+  (MAX_JOBS=10 bash .peers/build_fa3_min.sh .peers/fa3.tar.gz "$FA3_DIR" --with-backward >"$LOGS/fa3_build.log" 2>&1) &
   FA3_PID=$!
 }
 
@@ -37,10 +38,14 @@ build() {  # $1: build folder, $2: all | representative
   echo "== built $2 kernels (commit $commit)"
 }
 
-gpu_tests() {  # $1: build folder, $2: gtest filter
-  local binary; binary=$(find "$1" -name test_sm90_forward -type f | head -1)
-  timeout 420 "$binary" --gtest_filter="$2" >"$LOGS/gpu_tests.log" 2>&1 || status=1
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED  \]" "$LOGS/gpu_tests.log" | head -40
+gpu_tests() {  # $1: build folder, $2: gtest filter; the forward's and the backward's binaries
+  local binary name
+  for name in test_sm90_forward test_sm90_backward; do
+    binary=$(find "$1" -name $name -type f | head -1)
+    echo "== $name"
+    timeout 420 "$binary" --gtest_filter="$2" >"$LOGS/${name}.log" 2>&1 || status=1
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED  \]" "$LOGS/${name}.log" | head -40
+  done
 }
 
 run_mode() {
@@ -74,10 +79,15 @@ tests)
   small='ShapeMatrix/*bf16_d128_causal_sq17_*:ShapeMatrix/*bf16_d128_full_sq129_*:ShapeMatrix/*fp16_d256_causal_sq300_sk77_*:ShapeMatrix/*bf16_d64_causal_sq77_sk300_*'
   small+=':ShapeMatrix/*fp16_d96_full_sq127_*:ShapeMatrix/*bf16_d192_causal_sq1_*:ShapeMatrix/*fp16_d64_full_sq1_sk1000_*:ShapeMatrix/*bf16_d256_full_sq1000_sk129_*'
   small+=':VarlenMatrix/*bf16_d128_causal*:VarlenMatrix/*fp16_d64_full*:VarlenMatrix/*d192*:Sm90Test.Sm90VarlenMetadata*:Sm90Test.Sm90ExtremeValuesNaN*:Sm90Test.Sm90HostChecks*'
+  backward=$(find build-device -name test_sm90_backward -type f | head -1)
+  small_backward='ShapeMatrix/*bf16_d128_causal_sq17_*:ShapeMatrix/*fp16_d64_full_sq300_sk77_*:ShapeMatrix/*bf16_d96_causal_sq77_sk300_*:VarlenMatrix/*d128*:Sm90Test.Sm90Backward*'
   for tool in memcheck racecheck synccheck initcheck; do
     timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$binary" --gtest_filter="$small" \
       >"$LOGS/sanitizer_$tool.log" 2>&1 || status=1
     echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_$tool.log") tests ok)"
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$backward" --gtest_filter="$small_backward" \
+      >"$LOGS/sanitizer_backward_$tool.log" 2>&1 || status=1
+    echo "$tool backward: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_backward_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_backward_$tool.log") tests ok)"
   done
   cli=$(find build-device -name hopattn-bench -type f | head -1)
   "$cli" | tee "$LOGS/cli_default.txt" || status=1
@@ -97,7 +107,18 @@ bench)
   timeout 150 python3 bench/bench_varlen.py --json "$LOGS/varlen_h200.json" --plot "$LOGS/varlen_h200.png" \
     2>"$LOGS/varlen_progress.log" | tee "$LOGS/varlen_table.txt" || status=1
   ;;
-*) echo "unknown mode $1 (allowed: quick tests bench all)" >&2; exit 2 ;;
+bench-backward)
+  start_fa3_build
+  [[ -f build-device/src/libhopattn.so ]] || build build-device all
+  [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
+  lib=$(find build-device -name 'libhopattn.so' | head -1)
+  export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_COMMIT=$commit
+  export HOPATTN_FA3_PATH=$FA3_DIR/fa/hopper
+  echo "== backward sweep"
+  timeout 400 python3 bench/bench_backward.py --json "$LOGS/backward_h200.json" --plot "$LOGS/backward_h200.png" \
+    2>"$LOGS/backward_progress.log" | tee "$LOGS/backward_table.txt" || status=1
+  ;;
+*) echo "unknown mode $1 (allowed: quick tests bench bench-backward all)" >&2; exit 2 ;;
 esac
 }
 

@@ -63,6 +63,7 @@ struct ForwardKernel {
       Epilogue::prefetch_descriptors(params.epilogue);
       shared.q_full.init(1);
       shared.output_drained.init(Config::kNumMmaThreads);
+      Scheduler::template init<Config::kNumMmaThreads>(storage.scheduler);
     }
     typename Pipeline::Params pipeline_params;
     pipeline_params.transaction_bytes = Config::kKVTileBytes;
@@ -94,7 +95,6 @@ struct ForwardKernel {
       const int thread_idx = int(threadIdx.x) - 128;
       typename Config::PipelineState read_state;
       Mainloop::consumer_init();
-      Cursor::consumer_init();
       int work_idx = 0;
       for (; cursor.valid(params.scheduler); cursor.consumer_advance(params.scheduler)) {
         const TileWork work(params, cursor.tile);

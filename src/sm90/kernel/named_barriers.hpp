@@ -15,10 +15,6 @@ enum class ForwardBarrier : uint32_t {
   kOutputStaged = 2,
   // Pingpong: consumer warpgroup w issues its GEMMs after kWarpgroupTurn + w completes.
   kWarpgroupTurn = 3,  // ids 3, 4, 5 for up to three consumer warpgroups
-  // Dynamic tile scheduler: the producer warp has published the next tile / the consumers have
-  // read it.
-  kTileFull = 6,
-  kTileEmpty = 7,
 };
 
 __device__ __forceinline__ void barrier_sync(uint32_t threads, ForwardBarrier id, int offset = 0) {

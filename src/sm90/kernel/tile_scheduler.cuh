@@ -9,12 +9,12 @@
 // Equal tiles (no mask) are dealt out statically: CTA c takes tiles c, c + grid, ... Tiles of
 // unequal length (causal) are taken dynamically from a global counter in the workspace, so a CTA
 // that drew short tiles takes more of them; the producer warp draws the next tile and hands it to
-// the consumer warpgroups through shared memory (kTileFull / kTileEmpty).
+// the consumer warpgroups through shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "sm90/kernel/named_barriers.hpp"
+#include <cutlass/arch/barrier.h>
 
 namespace hopattn::sm90 {
 
@@ -64,13 +64,15 @@ struct StaticTileScheduler {
   static Params to_params(TileOrder const& order, void* /*workspace*/) { return {order}; }
 
   template <int kConsumerThreads>
+  __device__ static void init(SharedStorage&) {}
+
+  template <int kConsumerThreads>
   struct Cursor {
     int tile = int(blockIdx.x);
     __device__ Cursor(Params const&, SharedStorage&) {}
     __device__ bool valid(Params const& p) const { return tile < p.order.total_tiles; }
     __device__ void producer_advance(Params const&) { tile += int(gridDim.x); }
     __device__ void consumer_advance(Params const&) { tile += int(gridDim.x); }
-    __device__ static void consumer_init() {}
   };
 };
 
@@ -81,8 +83,12 @@ struct DynamicTileScheduler {
     TileOrder order;
     int* counter;
   };
+  // The producer warp publishes each drawn tile in next_tile; two mbarriers hand the slot over
+  // (full: published; empty: every consumer thread has read it).
   struct SharedStorage {
     int next_tile;
+    cutlass::arch::ClusterBarrier tile_full;
+    cutlass::arch::ClusterBarrier tile_empty;
   };
   static constexpr size_t kWorkspaceBytes = sizeof(int);
 
@@ -90,33 +96,43 @@ struct DynamicTileScheduler {
     return {order, static_cast<int*>(workspace)};
   }
 
+  // One thread, before the kernel's __syncthreads.
+  template <int kConsumerThreads>
+  __device__ static void init(SharedStorage& shared) {
+    shared.tile_full.init(1);
+    shared.tile_empty.init(kConsumerThreads);
+  }
+
   template <int kConsumerThreads>
   struct Cursor {
-    static constexpr uint32_t kThreads = kConsumerThreads + 32;  // the consumers and the producer warp
     int tile = int(blockIdx.x);
     SharedStorage* shared;
+    uint32_t phase = 0;  // parity of the handoffs so far
 
     __device__ Cursor(Params const&, SharedStorage& storage) : shared(&storage) {}
     __device__ bool valid(Params const& p) const { return tile < p.order.total_tiles; }
 
-    // Producer warp, after issuing the tile's loads: draw the next tile and publish it.
+    // Producer warp, after issuing the tile's loads: draw the next tile and publish it. The slot is
+    // free at the start: waiting on the parity before a fresh barrier's first phase returns at once.
     __device__ void producer_advance(Params const& p) {
       int next = 0;
       if (threadIdx.x % 32 == 0) next = atomicAdd(p.counter, 1) + int(gridDim.x);
       next = __shfl_sync(0xffffffff, next, 0);
-      barrier_sync(kThreads, ForwardBarrier::kTileEmpty);  // the consumers have read the last one
-      if (threadIdx.x % 32 == 0) shared->next_tile = next;
-      barrier_arrive(kThreads, ForwardBarrier::kTileFull);
+      shared->tile_empty.wait(phase ^ 1);
+      if (threadIdx.x % 32 == 0) {
+        shared->next_tile = next;
+        shared->tile_full.arrive();
+      }
+      phase ^= 1;
       tile = next;
     }
     // Consumers, after the tile's epilogue.
     __device__ void consumer_advance(Params const&) {
-      barrier_sync(kThreads, ForwardBarrier::kTileFull);
+      shared->tile_full.wait(phase);
       tile = shared->next_tile;
-      barrier_arrive(kThreads, ForwardBarrier::kTileEmpty);
+      shared->tile_empty.arrive();
+      phase ^= 1;
     }
-    // Before the first tile: the slot is free.
-    __device__ static void consumer_init() { barrier_arrive(kThreads, ForwardBarrier::kTileEmpty); }
   };
 };
 
