@@ -5,7 +5,7 @@
 # by the 10-minute limit continues in the next call. Logs go to $OUT/logs.tar.gz, the benchmark
 # JSON and PNG beside it; the last lines printed are the summary tables.
 #   usage: scripts/device_check.sh [quick|tests|bench|bench-backward|all]   (carry .deps and .peers)
-#     all: tests, then bench, in one call (fits the 10-minute limit on a fresh machine)
+#     all: tests, bench and bench-backward in one call (about 9 minutes on a fresh machine)
 #     quick: the representative kernel only, its GPU tests (a first check of a new kernel)
 #     tests: every kernel, ptxas/SASS, every test, compute-sanitizer
 #     bench: FlashAttention-3 build, forward sweep and varlen benchmark
@@ -125,6 +125,7 @@ esac
 if [[ $mode == all ]]; then
   run_mode tests
   run_mode bench
+  run_mode bench-backward
 else
   run_mode "$mode"
 fi

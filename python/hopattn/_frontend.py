@@ -392,17 +392,26 @@ def backward_library():
     return lib
 
 
-def torch_ops_for(q):
-    """hopattn._torch_ops (the autograd-aware custom operators) when q is a torch.Tensor, else
-    None (then frontend_for(q) runs the call). A tensor can only exist if torch is already
-    imported, so NumPy callers never import it."""
+def torch_ops_for(*tensors):
+    """hopattn._torch_ops (the autograd-aware custom operators) when the call's torch tensors
+    need them, else None (then frontend_for(q) runs the call). They are needed where autograd
+    records the call, under torch.compile, and for tensor subclasses (fake tensors); a plain eager
+    call that records nothing goes straight to the library, since the operator's dispatch costs
+    tens of microseconds per call. A tensor can only exist if torch is already imported, so NumPy
+    callers never import it."""
     torch = sys.modules.get("torch")
     # torch.library.custom_op came with PyTorch 2.4; before it, torch tensors run forward only.
-    if (torch is not None and isinstance(q, torch.Tensor)
-            and hasattr(torch.library, "custom_op")):
-        from . import _torch_ops
-        return _torch_ops
-    return None
+    if (torch is None or not isinstance(tensors[0], torch.Tensor)
+            or not hasattr(torch.library, "custom_op")):
+        return None
+    # Anything that is not a plain tensor (a NumPy array among them, which the checks then refuse
+    # naming it) takes the operators' path.
+    plain = all(type(t) is torch.Tensor for t in tensors)
+    recorded = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
+    if not recorded and plain and not torch.compiler.is_compiling():
+        return None
+    from . import _torch_ops
+    return _torch_ops
 
 
 def frontend_for(q):

@@ -53,7 +53,7 @@ def attention(q, k, v, causal=False, scale=None, return_lse=False, layout="bshd"
     """
     causal = as_flag("causal", causal)
     return_lse = as_flag("return_lse", return_lse)
-    torch_ops = torch_ops_for(q)
+    torch_ops = torch_ops_for(q, k, v)
     if torch_ops is not None:
         out, lse = torch_ops.attention(q, k, v, causal, torch_ops.scale_argument(scale),
                                        layout_of(layout))

@@ -51,7 +51,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return_lse = as_flag("return_lse", return_lse)
     max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = as_int("max_seqlen_k", max_seqlen_k)
-    torch_ops = torch_ops_for(q)
+    torch_ops = torch_ops_for(q, k, v)
     if torch_ops is not None:
         out, lse = torch_ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k,
                                               max_seqlen_q, max_seqlen_k, causal,

@@ -1,4 +1,4 @@
-// main() of test_sm90_forward. ctest runs the binary as one test (tests/gpu/CMakeLists.txt): on a
+// main() of test_sm90_forward and test_sm90_backward. ctest runs each binary as one test (tests/gpu/CMakeLists.txt): on a
 // machine without a Hopper GPU, which is where CI runs it, the ~240 kernel cases would each report
 // a skip. So without a GPU only the checks that need none run (the build's kernel list), and the
 // binary then exits with kSkipExitCode, ctest's SKIP_RETURN_CODE: one "Skipped" line in ctest.
@@ -21,8 +21,8 @@ int main(int argc, char** argv) {
   GTEST_FLAG_SET(filter, kTestsWithoutGpu);
   const int status = RUN_ALL_TESTS();
   if (status != 0) return status;
-  std::printf("test_sm90_forward: no Hopper (sm_90) GPU visible to this process: ran %s only; "
+  std::printf("%s: no Hopper (sm_90) GPU visible to this process: ran %s only; "
               "the kernel tests need one (SKIPPED)\n",
-              kTestsWithoutGpu);
+              argv[0], kTestsWithoutGpu);
   return kSkipExitCode;
 }
