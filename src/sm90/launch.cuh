@@ -44,6 +44,10 @@ Status launch_forward_kernel(ForwardProblem const& problem, DeviceShape const& d
   typename Kernel::Params params;
   params.mainloop = Mainloop::to_params(problem);
   params.epilogue = Epilogue::to_params(problem);
+  if (!Mainloop::descriptors_encoded(params.mainloop) || !Epilogue::descriptors_encoded(params.epilogue)) {
+    return set_error(Status::kInternal, "sm90: the driver refused a TMA descriptor (cuTensorMapEncodeTiled) for "
+                                        "arguments that passed validation; please report it with the shapes and strides");
+  }
   const int num_m_blocks = int(ceil_div(problem.seqlens.seqlen_q, int64_t(Config::kBlockM)));
   // K and V of one head, read by every query block of it; GQA heads of a group share them, which
   // the head-fastest order keeps adjacent. Half of L2 leaves room for Q, O and other streams.

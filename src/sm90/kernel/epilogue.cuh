@@ -54,6 +54,8 @@ struct ForwardEpilogue {
     return params;
   }
 
+  static bool descriptors_encoded(Params const& params) { return encoded(params.tma_store_o.get_tma_descriptor()); }
+
   __device__ static void prefetch_descriptors(Params const& params) {
     prefetch_tma_descriptor(params.tma_store_o.get_tma_descriptor());
   }

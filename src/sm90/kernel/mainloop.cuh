@@ -80,6 +80,11 @@ struct ForwardMainloop {
     return params;
   }
 
+  static bool descriptors_encoded(Params const& params) {
+    return encoded(params.tma_load_q.get_tma_descriptor()) && encoded(params.tma_load_k.get_tma_descriptor()) &&
+           encoded(params.tma_load_v.get_tma_descriptor());
+  }
+
   __device__ static void prefetch_descriptors(Params const& params) {
     prefetch_tma_descriptor(params.tma_load_q.get_tma_descriptor());
     prefetch_tma_descriptor(params.tma_load_k.get_tma_descriptor());

@@ -4,6 +4,8 @@
 // batch entry of total rows.
 #pragma once
 
+#include <algorithm>
+
 #include <cute/tensor.hpp>
 
 #include "core/seqlen.hpp"
@@ -33,6 +35,15 @@ struct TmaCopy {
                          TileShape{}, _1{});
   }
 };
+
+// Whether the driver encoded the descriptor. CuTe zero-initialises it and, when
+// cuTensorMapEncodeTiled refuses the arguments, only prints (and asserts in debug builds), leaving
+// it all zero bytes. sm90_rules.cpp makes a refusal impossible for a validated call; the launches
+// check this as the backstop, so that a refused descriptor is an error rather than a launch.
+inline bool encoded(TmaDescriptor const* descriptor) {
+  auto const* bytes = reinterpret_cast<unsigned char const*>(descriptor);
+  return std::any_of(bytes, bytes + sizeof(TmaDescriptor), [](unsigned char b) { return b != 0; });
+}
 
 template <class Element, class SmemLayout, class TileShape>
 using TmaLoad = TmaCopy<SM90_TMA_LOAD, Element const, SmemLayout, TileShape>;
