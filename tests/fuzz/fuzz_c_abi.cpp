@@ -2,7 +2,7 @@
 // descriptors, mostly a coherent small problem with a few fields replaced by adversarial values
 // (sizes, strides, dtypes, enums, scales, struct sizes, misaligned or shared buffers), and are
 // passed to hopattn_forward, hopattn_forward_varlen and hopattn_forward_workspace_size with the
-// CPU and AUTO backends. Built with -fsanitize=fuzzer,address,undefined: any crash, memory
+// CPU and AUTO backends, and then to hopattn_backward / hopattn_backward_varlen. Built with -fsanitize=fuzzer,address,undefined: any crash, memory
 // error or undefined behaviour is a finding. Beyond that it checks what the ABI promises about
 // every call: a known status, and an error message exactly when the status is not OK.
 //
@@ -347,5 +347,39 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   else
     check_and_count("forward",
                     hopattn_forward(&plans[0].t, &plans[1].t, &plans[2].t, &plans[3].t, lse, opts));
+
+  // The backward of the same call: d_o shaped like o, dq/dk/dv like q/k/v, each in a buffer of its
+  // own (or, sometimes, one of the inputs', which must be refused), the forward's lse, the same
+  // options plus `deterministic`. About three and a half times the forward's work.
+  if (!(work * 3.5 <= kMaxWork)) {
+    count("skipped: backward, more work than an iteration affords");
+    return 0;
+  }
+  hopattn_tensor d_o = plans[3].t, grads[3] = {plans[0].t, plans[1].t, plans[2].t};
+  for (hopattn_tensor* t : {&d_o, &grads[0], &grads[1], &grads[2]}) {
+    bool well_formed = false;
+    const int64_t bytes = extent_bytes(*t, &well_formed);
+    t->data = memory.take(bytes < 0 ? 64 : bytes, 0, in);
+  }
+  if (in.ConsumeIntegralInRange(0, 15) == 0) grads[in.ConsumeIntegralInRange(0, 2)].data = plans[0].t.data;
+  hopattn_backward_options backward_options = hopattn_default_backward_options();
+  backward_options.causal = options.causal;
+  backward_options.softmax_scale = options.softmax_scale;
+  // Copied as bytes: the forward's may hold a value that is no hopattn_backend.
+  std::memcpy(&backward_options.backend, &options.backend, sizeof options.backend);
+  backward_options.cuda_stream = options.cuda_stream;
+  backward_options.workspace = options.workspace;
+  backward_options.workspace_bytes = options.workspace_bytes;
+  backward_options.deterministic = in.ConsumeBool();
+  if (in.ConsumeIntegralInRange(0, 15) == 0)
+    backward_options.struct_size = in.ConsumeIntegralInRange<size_t>(0, sizeof backward_options);
+  const hopattn_backward_options* backward_opts = null_options ? nullptr : &backward_options;
+  if (varlen_call)
+    check_and_count("backward_varlen",
+                    hopattn_backward_varlen(&plans[0].t, &plans[1].t, &plans[2].t, &plans[3].t, &d_o, lse,
+                                            &grads[0], &grads[1], &grads[2], vl, backward_opts));
+  else
+    check_and_count("backward", hopattn_backward(&plans[0].t, &plans[1].t, &plans[2].t, &plans[3].t, &d_o,
+                                                 lse, &grads[0], &grads[1], &grads[2], backward_opts));
   return 0;
 }
