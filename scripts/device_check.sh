@@ -38,12 +38,18 @@ build() {  # $1: build folder, $2: all | representative
   echo "== built $2 kernels (commit $commit)"
 }
 
+# A kernel that hangs must not take the whole call: each binary gets a bound well above its
+# normal run (about a minute), and a binary that hit it is not run under the sanitizers.
+hung=""
 gpu_tests() {  # $1: build folder, $2: gtest filter; the forward's and the backward's binaries
-  local binary name
+  local binary name rc
   for name in test_sm90_forward test_sm90_backward; do
     binary=$(find "$1" -name $name -type f | head -1)
     echo "== $name"
-    timeout 420 "$binary" --gtest_filter="$2" >"$LOGS/${name}.log" 2>&1 || status=1
+    timeout 240 "$binary" --gtest_filter="$2" >"$LOGS/${name}.log" 2>&1
+    rc=$?
+    ((rc == 0)) || status=1
+    ((rc == 124)) && { hung="$hung $name"; echo "$name: timed out (hung?)"; }
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED  \]" "$LOGS/${name}.log" | head -40
   done
 }
@@ -69,7 +75,9 @@ tests)
   tail -3 "$LOGS/ctest.log"
   gpu_tests build-device '*'
   export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python
-  HOPATTN_SKIP_WHEEL_TEST=1 timeout 300 python3 -m pytest -q tests/python >"$LOGS/pytest.log" 2>&1 || status=1
+  pytest_filter=()
+  [[ $hung == *test_sm90_backward* ]] && pytest_filter=(-k "not cuda")  # they would hang the same way
+  HOPATTN_SKIP_WHEEL_TEST=1 timeout 180 python3 -m pytest -q tests/python "${pytest_filter[@]}" >"$LOGS/pytest.log" 2>&1 || status=1
   tail -3 "$LOGS/pytest.log"
   echo "== compute-sanitizer"
   binary=$(find build-device -name test_sm90_forward -type f | head -1)
@@ -82,12 +90,16 @@ tests)
   backward=$(find build-device -name test_sm90_backward -type f | head -1)
   small_backward='ShapeMatrix/*bf16_d128_causal_sq17_*:ShapeMatrix/*fp16_d64_full_sq300_sk77_*:ShapeMatrix/*bf16_d96_causal_sq77_sk300_*:VarlenMatrix/*d128*:Sm90Test.Sm90Backward*'
   for tool in memcheck racecheck synccheck initcheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$binary" --gtest_filter="$small" \
-      >"$LOGS/sanitizer_$tool.log" 2>&1 || status=1
-    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_$tool.log") tests ok)"
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$backward" --gtest_filter="$small_backward" \
-      >"$LOGS/sanitizer_backward_$tool.log" 2>&1 || status=1
-    echo "$tool backward: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_backward_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_backward_$tool.log") tests ok)"
+    if [[ $hung != *test_sm90_forward* ]]; then
+      timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$binary" --gtest_filter="$small" \
+        >"$LOGS/sanitizer_$tool.log" 2>&1 || status=1
+      echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_$tool.log") tests ok)"
+    fi
+    if [[ $hung != *test_sm90_backward* ]]; then
+      timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$backward" --gtest_filter="$small_backward" \
+        >"$LOGS/sanitizer_backward_$tool.log" 2>&1 || status=1
+      echo "$tool backward: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_backward_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_backward_$tool.log") tests ok)"
+    fi
   done
   cli=$(find build-device -name hopattn-bench -type f | head -1)
   "$cli" | tee "$LOGS/cli_default.txt" || status=1
@@ -125,7 +137,7 @@ esac
 if [[ $mode == all ]]; then
   run_mode tests
   run_mode bench
-  run_mode bench-backward
+  [[ $hung == *test_sm90_backward* ]] || run_mode bench-backward
 else
   run_mode "$mode"
 fi

@@ -47,6 +47,10 @@ Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace co
   using Epilogue = BackwardEpilogue<Config>;
   using Kernel = BackwardKernel<Mainloop, Epilogue>;
   typename Kernel::Params params{Mainloop::to_params(problem, workspace), Epilogue::to_params(problem)};
+  if (!Mainloop::descriptors_encoded(params.mainloop)) {  // the backstop of tma.hpp's encoded()
+    return set_error(Status::kInternal, "sm90 backward: the driver refused a TMA descriptor (cuTensorMapEncodeTiled) "
+                                        "for arguments that passed validation; please report it with the shapes and strides");
+  }
   auto* kernel = &backward_kernel<Kernel>;
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            Kernel::kSharedMemoryBytes);
@@ -92,7 +96,7 @@ Status launch_backward(BackwardProblem const& problem, void* workspace_memory) {
     if (status != Status::kOk) return status;
   }
 
-  using Postprocess = BackwardPostprocess<Element, kHeadDim, kBlockM>;
+  using Postprocess = BackwardPostprocess<Config>;
   typename Postprocess::Params post{static_cast<Element*>(problem.dq), problem.dq_stride, seqlens,
                                     int(problem.heads_q), int(num_m_blocks), problem.softmax_scale, workspace};
   backward_rows_kernel<Postprocess><<<dim3(unsigned(row_ctas)), Postprocess::kThreads, 0, stream>>>(post);

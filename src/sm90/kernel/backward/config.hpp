@@ -88,6 +88,21 @@ struct BackwardConfig {
   using SmemLayoutdS = decltype(composition(
       SmemLayoutdSt{}, make_ordered_layout(Shape<Int<kBlockM>, Int<kBlockN>, Int<kdSBuffers>>{}, Step<_2, _1, _3>{})));
 
+  // The float32 dQ accumulator of one query block (kBlockM x kHeadDim floats, in the workspace and
+  // in the shared-memory buffer the main kernel reduces from alike) lies in the order of TiledMmadQ's
+  // accumulator registers: value i of consumer thread t at dq_accum_offset(t, i). A warpgroup's
+  // values fill one contiguous half (one bulk reduce-add each), and a warp storing 4 consecutive
+  // values per thread writes 512 contiguous bytes (no bank conflicts). The postprocess reads it back
+  // through the same thread slices of TiledMmadQ.
+  static constexpr int kdQAccumPerThread = kBlockM * kHeadDim / kNumMmaThreads;
+  static constexpr int kdQAccumPerWarpgroup = kBlockM * kHeadDim / kNumConsumerWarpgroups;
+  static constexpr uint32_t kdQAccumWarpgroupBytes = kdQAccumPerWarpgroup * sizeof(float);
+  static_assert(kdQAccumPerThread % 4 == 0, "dQ values go to shared memory 16 bytes at a time");
+  static_assert(kdQAccumWarpgroupBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
+  CUTE_HOST_DEVICE static constexpr int dq_accum_offset(int thread, int i) {
+    return thread / 128 * kdQAccumPerWarpgroup + ((i / 4) * 128 + thread % 128) * 4 + i % 4;
+  }
+
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
 

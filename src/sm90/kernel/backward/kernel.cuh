@@ -1,7 +1,8 @@
 // The backward main kernel, composed from the backward mainloop and epilogue: one CTA per
-// (key block, kv head, sequence), not persistent. Warp-specialised like the forward: one producer
-// warp (of a warpgroup that gives most of its registers away) loads, two WGMMA warpgroups compute
-// and keep dK and dV in registers until the epilogue.
+// (key block, kv head, sequence), not persistent. Warp-specialised like the forward: in a warpgroup
+// that gives most of its registers away, one producer warp loads and one thread of the next warp
+// adds each step's dQ to the workspace with bulk reduce-adds; two WGMMA warpgroups compute and keep
+// dK and dV in registers until the epilogue.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -36,7 +37,7 @@ struct BackwardKernel {
 
     if (threadIdx.x == 0) {
       Mainloop::prefetch_descriptors(params.mainloop);
-      shared.kv_full.init(1);
+      Mainloop::init_barriers(shared);
     }
     // Q travels with its LSE, dO with its D: one transaction per stage each.
     typename Pipeline::Params pipeline_params;
@@ -50,8 +51,12 @@ struct BackwardKernel {
 
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
-      if (threadIdx.x / 32 != 0 || work.steps() == 0) return;
-      Mainloop::load(params.mainloop, shared, q_pipeline, do_pipeline, work, threadIdx.x == 0);
+      if (work.steps() == 0) return;
+      if (threadIdx.x / 32 == 0) {
+        Mainloop::load(params.mainloop, shared, q_pipeline, do_pipeline, work, threadIdx.x == 0);
+      } else if (threadIdx.x == 32) {
+        Mainloop::store_dq(params.mainloop, shared, work);
+      }
     } else {
       cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
       const int thread_idx = int(threadIdx.x) - 128;
@@ -61,7 +66,9 @@ struct BackwardKernel {
       clear(dk);
       clear(dv);
       if (work.steps() > 0) Mainloop::mma(params.mainloop, shared, q_pipeline, do_pipeline, work, thread_idx, dk, dv);
-      Epilogue::store(params.epilogue, work, thread_idx, dk, dv);
+      // Q's and dO's buffers stage dK and dV: every load into them has landed (the consumers waited
+      // for each), and the epilogue waits until both warpgroups' products that read them retired.
+      Epilogue::store(params.epilogue, work, thread_idx, dk, dv, shared.q.data(), shared.d_o.data());
     }
   }
 };

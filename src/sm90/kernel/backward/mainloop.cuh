@@ -1,16 +1,22 @@
 // The backward mainloop collective, split by role. The producer warp brings the CTA's K and V
 // once, then streams Q with its LSE and dO with its D = rowsum(dO * O), one query block per step,
 // through two kStages-deep TMA pipelines. The consumer warpgroups recompute P from S and the LSE,
-// form dS = P * (dP - D), accumulate dV and dK in registers and add dQ into the float32
-// accumulator of the workspace. It owns its parameters (TMA descriptors, sequence layout, scale,
-// workspace) and its shared storage.
+// form dS = P * (dP - D), accumulate dV and dK in registers and hand dQ, through shared memory, to
+// one thread of the producer warpgroup that adds it into the float32 accumulator of the workspace.
+// It owns its parameters (TMA descriptors, sequence layout, scale, workspace) and its shared storage.
 //
 // Steps run over (query head of the kv head's group, query block): a kv head's dK and dV are the
 // sums over its query heads, so they keep accumulating in registers across the group.
 //
-// dQ = dS K is summed over key blocks, i.e. over CTAs: red.global.add into the workspace. With
+// dQ = dS K is summed over key blocks, i.e. over CTAs. Each step, each consumer warpgroup stores its
+// half of the block's dQ in shared memory (Config::dq_accum_offset order, the workspace's order too)
+// and the dQ thread adds both halves with one bulk reduce-add each (cp.reduce.async.bulk .add.f32):
+// no per-element atomics in the consumers. One shared buffer, handed over with two mbarriers per
+// warpgroup: dq_full (its 128 threads stored their values and fenced them for the async proxy) and
+// dq_empty (the bulk reduce finished reading them; the next step may overwrite). With
 // `deterministic` the CTAs of a query block add in key-block order: a semaphore per (head, query
-// block) counts the key blocks that have added, and key block n waits for it to reach n.
+// block) counts the key blocks whose adds are complete, and key block n's dQ thread waits for it
+// to reach n; the consumers never wait on it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -29,9 +35,29 @@ namespace hopattn::sm90 {
 
 using namespace cute;
 
-// Two adjacent floats added to global memory without a return value (sm_90's vector red).
-__device__ __forceinline__ void red_add_pair(float* address, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(address), "f"(a), "f"(b) : "memory");
+// `bytes` (a multiple of 16) of floats in shared memory added element-wise to global memory by the
+// TMA engine, in the calling thread's current bulk group (both addresses 16-byte aligned). The
+// accumulator's lines are kept in L2 in preference to the streamed Q and dO: every key block of
+// the head adds to them.
+__device__ __forceinline__ void bulk_reduce_add(float* global, float const* shared, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, %3;" ::"l"(
+                   global),
+               "r"(cute::cast_smem_ptr_to_uint(shared)), "r"(bytes),
+               "l"(uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// The bulk operations of this thread's committed groups have read their shared-memory sources.
+__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// The bulk operations of this thread's committed groups are complete: their writes are performed.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Orders this thread's generic-proxy global accesses with its async-proxy (bulk) ones, both ways.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+// Four floats to shared memory in one 16-byte store, ordered with the volatile asm around it.
+__device__ __forceinline__ void store_shared_float4(float* address, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(cute::cast_smem_ptr_to_uint(address)), "f"(a),
+               "f"(b), "f"(c), "f"(d)
+               : "memory");
 }
 
 __device__ __forceinline__ int load_acquire(int const* address) {
@@ -51,6 +77,7 @@ struct BackwardMainloop {
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kStages = Config::kStages;
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
+  static constexpr int kNumConsumerWarpgroups = Config::kNumConsumerWarpgroups;
   using Work = KeyBlockWork<kBlockM, kBlockN, kCausal>;
 
   struct SharedStorage {
@@ -61,7 +88,11 @@ struct BackwardMainloop {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;
     alignas(16) cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
     alignas(16) cute::array_aligned<float, kBlockM * kStages, 16> dpsum;
+    // One query block's dQ, warpgroup w's values in the w-th half (Config::dq_accum_offset).
+    alignas(128) cute::array_aligned<float, kBlockM * kHeadDim, 128> dq;
     cutlass::arch::ClusterTransactionBarrier kv_full;
+    cutlass::arch::ClusterBarrier dq_full[kNumConsumerWarpgroups];   // 128 arrivals: stored and fenced
+    cutlass::arch::ClusterBarrier dq_empty[kNumConsumerWarpgroups];  // 1 arrival: read by the reduce
     typename Pipeline::SharedStorage q_pipeline;
     typename Pipeline::SharedStorage do_pipeline;
   };
@@ -103,6 +134,22 @@ struct BackwardMainloop {
     return Work(params.seqlens, params.num_n_blocks, params.heads_kv, params.heads_per_kv_head);
   }
 
+  // One thread, before the kernel's __syncthreads.
+  __device__ static void init_barriers(SharedStorage& shared) {
+    shared.kv_full.init(1);
+    CUTE_UNROLL
+    for (int w = 0; w < kNumConsumerWarpgroups; ++w) {
+      shared.dq_full[w].init(128);
+      shared.dq_empty[w].init(1);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+
+  static bool descriptors_encoded(Params const& params) {
+    return encoded(params.tma_load_q.get_tma_descriptor()) && encoded(params.tma_load_do.get_tma_descriptor()) &&
+           encoded(params.tma_load_k.get_tma_descriptor()) && encoded(params.tma_load_v.get_tma_descriptor());
+  }
+
   __device__ static void prefetch_descriptors(Params const& params) {
     prefetch_tma_descriptor(params.tma_load_q.get_tma_descriptor());
     prefetch_tma_descriptor(params.tma_load_do.get_tma_descriptor());
@@ -138,6 +185,7 @@ struct BackwardMainloop {
     BackwardWorkspace const& ws = params.workspace;
     auto state = cutlass::make_producer_start_state<Pipeline>();
     const int steps = work.steps();
+#pragma unroll 1  // kept rolled: the producer warpgroup has 24 registers
     for (int step = 0; step < steps; ++step) {
       const int head = work.head_of_step(step), m_block = work.m_block_of_step(step);
       Tensor mQ = domain_offset(make_coord(int(work.seq.q_begin), _0{}),
@@ -201,18 +249,18 @@ struct BackwardMainloop {
     Tensor tdQrdS = thread_dq.partition_fragment_A(sdS);
     Tensor tdQrKt = thread_dq.partition_fragment_B(sKt);
     Tensor tScS = thread_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
-    Tensor tdQcdQ = thread_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
     auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto thread_ds_copy = ds_copy.get_thread_slice(thread_idx);
     Tensor tdSsdS = thread_ds_copy.partition_D(sdSt);
 
-    BackwardWorkspace const& ws = params.workspace;
     const float scale_log2 = params.scale_log2;
+    const int warpgroup = thread_idx / 128;
+    float* dq_shared = shared.dq.data();
     PipelineState state;
     shared.kv_full.wait(0);
     const int steps = work.steps();
     for (int step = 0; step < steps; ++step) {
-      const int head = work.head_of_step(step), m_block = work.m_block_of_step(step);
+      const int m_block = work.m_block_of_step(step);
       const int stage = int(state.index());
 
       // S^T = K Q^T and dP^T = V dO^T, back to back; P's exponentials run under dP's product.
@@ -270,41 +318,70 @@ struct BackwardMainloop {
       do_pipeline.consumer_release(state);
       ++state;
 
-      add_dq(params, work, head, m_block, thread_idx, dq, tdQcdQ);
+      // dQ to this warpgroup's half of the buffer, once the bulk reduce of the step before has read
+      // it; each thread fences its own stores for the async proxy before arriving.
+      static_assert(decltype(size(dq))::value == Config::kdQAccumPerThread);
+      if (step > 0) shared.dq_empty[warpgroup].wait((step - 1) & 1);
+      CUTE_UNROLL
+      for (int i = 0; i < Config::kdQAccumPerThread; i += 4) {
+        store_shared_float4(dq_shared + Config::dq_accum_offset(thread_idx, i), dq(i), dq(i + 1), dq(i + 2),
+                            dq(i + 3));
+      }
+      cutlass::arch::fence_view_async_shared();
+      shared.dq_full[warpgroup].arrive();
     }
   }
 
- private:
-  template <class FragdQ, class Coords>
-  __device__ static void add_dq(Params const& params, Work const& work, int head, int m_block,
-                                int thread_idx, FragdQ const& dq, Coords const& coords) {
+  // Run by one thread of the producer warpgroup for a key block with at least one step: per step,
+  // each warpgroup's half of dQ added to the workspace with one bulk reduce-add. Its bulk groups
+  // are all complete when it returns, so the CTA's shared memory outlives their reads. The loops
+  // walk the steps in KeyBlockWork's order (query head of the group, then query block) without its
+  // divisions: this thread has the producer warpgroup's few registers.
+  __device__ static void store_dq(Params const& params, SharedStorage& shared, Work const& work) {
     BackwardWorkspace const& ws = params.workspace;
-    const int64_t first_row = int64_t(m_block) * kBlockM;
-    int* semaphore = ws.semaphores == nullptr ? nullptr
-                                              : ws.semaphores + ws.block_index(work.seq, work.batch, head, first_row);
-    if (semaphore != nullptr) {
-      // Key blocks 0 .. n_block - 1 all see this query block (their query ranges reach at least as
-      // far up), so n_block adds come first. ">=" rather than "==" keeps metadata that
-      // overlaps two sequences from hanging the kernel.
-      if (thread_idx == 0) {
-        while (load_acquire(semaphore) < work.n_block) __nanosleep(64);
+    const int query_blocks = work.query_blocks();
+    const int steps = work.steps();
+    // The blocks of a head are kBlockM rows apart, the heads padded_rows apart, all in units of
+    // kBlockM rows (workspace.hpp), so a block's semaphore is its first row / kBlockM.
+    const int64_t first_row = ws.row_index(work.seq, work.batch, work.head_of_step(0), int64_t(work.m_begin) * kBlockM);
+    int step = 0;
+#pragma unroll 1
+    for (int g = 0; g < work.group; ++g) {
+#pragma unroll 1
+      for (int m = 0; m < query_blocks; ++m, ++step) {
+        const int64_t row = first_row + g * ws.padded_rows + int64_t(m) * kBlockM;
+        float* accum = ws.dq_accum + row * kHeadDim;
+        int* semaphore = ws.semaphores == nullptr ? nullptr : ws.semaphores + row / kBlockM;
+        if (semaphore != nullptr) {
+          // Key blocks 0 .. n_block - 1 all see this query block (their query ranges reach at
+          // least as far up), so n_block adds come first. ">=" rather than "==" keeps metadata that
+          // overlaps two sequences from hanging the kernel. Their adds were complete before their
+          // increments; the proxy fence orders the acquire before this thread's bulk adds.
+          while (load_acquire(semaphore) < work.n_block) __nanosleep(64);
+          fence_proxy_async_global();
+        }
+        CUTE_UNROLL
+        for (int w = 0; w < kNumConsumerWarpgroups; ++w) {
+          shared.dq_full[w].wait(step & 1);
+          bulk_reduce_add(accum + w * Config::kdQAccumPerWarpgroup,
+                          shared.dq.data() + w * Config::kdQAccumPerWarpgroup, Config::kdQAccumWarpgroupBytes);
+        }
+        bulk_commit_group();
+        bulk_wait_read_all();
+        // The buffer is free; after the last step no consumer waits for it.
+        if (step + 1 < steps) {
+          CUTE_UNROLL
+          for (int w = 0; w < kNumConsumerWarpgroups; ++w) shared.dq_empty[w].arrive();
+        }
+        if (semaphore != nullptr) {
+          bulk_wait_all();  // the adds are performed in global memory before the next key block's
+          fence_proxy_async_global();
+          __threadfence();
+          atomicAdd(semaphore, 1);
+        }
       }
-      barrier_sync(kNumMmaThreads, BackwardBarrier::kdQTurn);
     }
-    float* accum = ws.dq_accum + ws.row_index(work.seq, work.batch, head, first_row) * kHeadDim;
-    Tensor v = make_tensor(dq.data(), accumulator_rows_cols(dq.layout()));
-    Tensor c = make_tensor(coords.data(), accumulator_rows_cols(coords.layout()));
-    CUTE_UNROLL
-    for (int r = 0; r < size<0>(v); ++r) {
-      float* row = accum + get<0>(c(r, 0)) * kHeadDim;
-      CUTE_UNROLL
-      for (int col = 0; col < size<1>(v); col += 2) red_add_pair(row + get<1>(c(r, col)), v(r, col), v(r, col + 1));
-    }
-    if (semaphore != nullptr) {
-      __threadfence();
-      barrier_sync(kNumMmaThreads, BackwardBarrier::kdQTurn);
-      if (thread_idx == 0) atomicAdd(semaphore, 1);
-    }
+    bulk_wait_all();
   }
 };
 

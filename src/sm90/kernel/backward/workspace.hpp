@@ -40,7 +40,9 @@ HOPATTN_HOST_DEVICE int64_t backward_key_rows(const SeqlenLayout& layout, const 
 }
 
 struct BackwardWorkspace {
-  float* dq_accum = nullptr;   // (entries, heads_q, padded_rows, head_dim)
+  // (entries, heads_q, padded_rows, head_dim), each query block's block_m x head_dim floats in the
+  // order of the main kernel's dQ registers (BackwardConfig::dq_accum_offset), not row-major.
+  float* dq_accum = nullptr;
   float* lse_log2 = nullptr;   // (entries, heads_q, padded_rows): LSE * log2(e); +inf: no gradient
   float* dpsum = nullptr;      // (entries, heads_q, padded_rows): D = rowsum(dO * O)
   int* semaphores = nullptr;   // (entries, heads_q, padded_rows / block_m), or null
