@@ -8,23 +8,12 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "sm90/device_check.hpp"
+#include "sm90/dispatch_common.hpp"
 #include "sm90/kernel_table.hpp"
 #include "sm90/launch.cuh"
 #include "sm90/sm90_backend.hpp"
 
 namespace hopattn::sm90 {
-
-namespace {
-
-const KernelEntry* find_kernel(Operation operation, DType dtype, int64_t head_dim) {
-  for (int i = 0; i < kKernelCount; ++i) {
-    const KernelEntry& entry = kKernels[i];
-    if (entry.operation == operation && entry.dtype == dtype && entry.head_dim == head_dim) return &entry;
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 Status current_device_shape(DeviceShape& shape) {
   constexpr int kMaxDevices = 64;
@@ -47,19 +36,11 @@ Status current_device_shape(DeviceShape& shape) {
 
 bool built() { return true; }
 
-bool supports(DType dtype, int64_t head_dim) { return find_kernel(Operation::kForward, dtype, head_dim) != nullptr; }
-
-std::string supported_list() {
-  std::string list;
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-    std::string dims;
-    for (int i = 0; i < kKernelCount; ++i) {
-      if (kKernels[i].dtype == dtype) dims += (dims.empty() ? "" : "/") + std::to_string(kKernels[i].head_dim);
-    }
-    if (!dims.empty()) list += (list.empty() ? "" : "; ") + std::string(dtype_name(dtype)) + " with head_dim " + dims;
-  }
-  return list.empty() ? "nothing" : list;
+bool supports(DType dtype, int64_t head_dim) {
+  return find_kernel(kForwardKernels, kForwardKernelCount, dtype, head_dim) != nullptr;
 }
+
+std::string supported_list() { return supported_list(kForwardKernels, kForwardKernelCount); }
 
 bool device_available() {
   int device = 0, major = 0, minor = 0;
@@ -72,11 +53,7 @@ bool device_available() {
   return major == 9 && minor == 0;
 }
 
-// Rounded up to the 256-byte alignment the API asks of a caller's workspace.
-size_t forward_workspace_size(const ForwardProblem& problem) {
-  const size_t bytes = forward_kernel_workspace_bytes(problem);
-  return (bytes + 255) / 256 * 256;
-}
+size_t forward_workspace_size(const ForwardProblem& problem) { return workspace_size(kForwardKernels, kForwardKernelCount, problem); }
 
 Status forward(ForwardProblem const& problem) {
   const SeqlenLayout& seqlens = problem.seqlens;
@@ -93,25 +70,7 @@ Status forward(ForwardProblem const& problem) {
       status != Status::kOk) {
     return status;
   }
-  const KernelEntry* kernel = find_kernel(Operation::kForward, problem.dtype, problem.head_dim);
-  if (kernel == nullptr) {
-    return set_error(Status::kUnsupported, std::string("dtype ") + dtype_name(problem.dtype) + " with head_dim " +
-                                               std::to_string(problem.head_dim) +
-                                               " is not in this build's sm90 kernels (" + supported_list() + ")");
-  }
-  const size_t workspace_bytes = forward_workspace_size(problem);
-  if (workspace_bytes == 0 || problem.workspace != nullptr) return kernel->launch(problem, problem.workspace);
-
-  // No workspace from the caller: stream-ordered memory from the device's pool, freed behind the
-  // kernel on the same stream, so the call stays asynchronous.
-  auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
-  void* workspace = nullptr;
-  cudaError_t error = cudaMallocAsync(&workspace, workspace_bytes, stream);
-  if (error != cudaSuccess) return cuda_failure("cudaMallocAsync of the workspace", error);
-  const Status status = kernel->launch(problem, workspace);
-  error = cudaFreeAsync(workspace, stream);
-  if (status == Status::kOk && error != cudaSuccess) return cuda_failure("cudaFreeAsync of the workspace", error);
-  return status;
+  return run_kernel(kForwardKernels, kForwardKernelCount, problem, "kernels");
 }
 
 }  // namespace hopattn::sm90

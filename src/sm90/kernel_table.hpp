@@ -2,34 +2,25 @@
 // the build tree, read by the dispatch and by supports() / supports_backward(), so the list exists once.
 #pragma once
 
+#include <cstddef>
+
 #include "core/problem.hpp"
 
 namespace hopattn::sm90 {
 
-enum class Operation { kForward };
-
+// One (dtype, head_dim) instantiation of an operation whose validated problem is `Problem`.
+template <class Problem>
 struct KernelEntry {
-  Operation operation;
   DType dtype;
   int head_dim;
-  // `workspace`: device memory of at least forward_workspace_size(problem) bytes, or null when 0.
-  Status (*launch)(ForwardProblem const&, void* workspace);
+  // `workspace`: device memory of at least workspace_bytes(problem) bytes, or null when that is 0.
+  Status (*launch)(Problem const&, void* workspace);
+  size_t (*workspace_bytes)(Problem const&);
 };
 
-extern const KernelEntry kKernels[];
-extern const int kKernelCount;
-
-// The backward's kernels: its own table, since its problem (and its workspace, which depends on the
-// kernel's query-block size) differ from the forward's.
-struct BackwardKernelEntry {
-  DType dtype;
-  int head_dim;
-  // `workspace`: device memory of at least workspace_bytes(problem) bytes.
-  Status (*launch)(BackwardProblem const&, void* workspace);
-  size_t (*workspace_bytes)(BackwardProblem const&);
-};
-
-extern const BackwardKernelEntry kBackwardKernels[];
+extern const KernelEntry<ForwardProblem> kForwardKernels[];
+extern const int kForwardKernelCount;
+extern const KernelEntry<BackwardProblem> kBackwardKernels[];
 extern const int kBackwardKernelCount;
 
 }  // namespace hopattn::sm90

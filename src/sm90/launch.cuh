@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/problem.hpp"
+#include "sm90/dispatch_common.hpp"
 #include "sm90/kernel/config.hpp"
 #include "sm90/kernel/epilogue.cuh"
 #include "sm90/kernel/forward_kernel.cuh"
@@ -17,10 +18,6 @@
 #include "sm90/kernel/tile_size.hpp"
 
 namespace hopattn::sm90 {
-
-inline Status cuda_failure(const char* what, cudaError_t error) {
-  return set_error(Status::kCuda, std::string("sm90: ") + what + " failed: " + cudaGetErrorString(error));
-}
 
 // The current device's SM count and L2 size, read once per device.
 struct DeviceShape {
@@ -71,12 +68,14 @@ Status launch_forward_kernel(ForwardProblem const& problem, DeviceShape const& d
   return Status::kOk;
 }
 
-// Bytes of workspace the kernel for this problem needs (the dynamic scheduler's tile counter).
-inline size_t forward_kernel_workspace_bytes(ForwardProblem const& problem) {
+// Bytes of workspace launch_forward<Element, kHeadDim>(problem, ...) needs (the dynamic
+// scheduler's tile counter).
+template <class Element, int kHeadDim>
+size_t forward_workspace_bytes(ForwardProblem const& problem) {
   return problem.causal ? DynamicTileScheduler::kWorkspaceBytes : StaticTileScheduler::kWorkspaceBytes;
 }
 
-// `workspace`: at least forward_kernel_workspace_bytes(problem) bytes of device memory.
+// `workspace`: at least forward_workspace_bytes<Element, kHeadDim>(problem) bytes of device memory.
 template <class Element, int kHeadDim>
 Status launch_forward(ForwardProblem const& problem, void* workspace) {
   using Tiles = TileSize<kHeadDim>;

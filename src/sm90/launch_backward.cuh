@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/problem.hpp"
+#include "sm90/dispatch_common.hpp"
 #include "sm90/kernel/backward/config.hpp"
 #include "sm90/kernel/backward/epilogue.cuh"
 #include "sm90/kernel/backward/kernel.cuh"
@@ -20,10 +21,6 @@
 #include "sm90/kernel/backward/workspace.hpp"
 
 namespace hopattn::sm90 {
-
-inline Status backward_cuda_failure(const char* what, cudaError_t error) {
-  return set_error(Status::kCuda, std::string("sm90 backward: ") + what + " failed: " + cudaGetErrorString(error));
-}
 
 template <int kHeadDim>
 using BackwardTiles = BackwardTileSize<kHeadDim>;
@@ -54,10 +51,10 @@ Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace co
   auto* kernel = &backward_kernel<Kernel>;
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            Kernel::kSharedMemoryBytes);
-  if (error != cudaSuccess) return backward_cuda_failure("cudaFuncSetAttribute", error);
+  if (error != cudaSuccess) return cuda_failure("backward cudaFuncSetAttribute", error);
   kernel<<<dim3(unsigned(ctas)), Kernel::kNumThreads, Kernel::kSharedMemoryBytes, stream>>>(params);
   error = cudaGetLastError();
-  return error == cudaSuccess ? Status::kOk : backward_cuda_failure("backward kernel launch", error);
+  return error == cudaSuccess ? Status::kOk : cuda_failure("backward kernel launch", error);
 }
 
 // `workspace`: at least backward_workspace_bytes<Element, kHeadDim>(problem) bytes of device memory,
@@ -88,7 +85,7 @@ Status launch_backward(BackwardProblem const& problem, void* workspace_memory) {
                                   int(problem.heads_q), int(num_m_blocks), workspace};
   backward_rows_kernel<Preprocess><<<dim3(unsigned(row_ctas)), Preprocess::kThreads, 0, stream>>>(pre);
   cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) return backward_cuda_failure("backward preprocess launch", error);
+  if (error != cudaSuccess) return cuda_failure("backward preprocess launch", error);
 
   if (main_ctas > 0) {
     const Status status = problem.causal ? launch_backward_main<Config, true>(problem, workspace, main_ctas, stream)
@@ -101,7 +98,7 @@ Status launch_backward(BackwardProblem const& problem, void* workspace_memory) {
                                     int(problem.heads_q), int(num_m_blocks), problem.softmax_scale, workspace};
   backward_rows_kernel<Postprocess><<<dim3(unsigned(row_ctas)), Postprocess::kThreads, 0, stream>>>(post);
   error = cudaGetLastError();
-  return error == cudaSuccess ? Status::kOk : backward_cuda_failure("backward postprocess launch", error);
+  return error == cudaSuccess ? Status::kOk : cuda_failure("backward postprocess launch", error);
 }
 
 }  // namespace hopattn::sm90
