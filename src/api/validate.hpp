@@ -9,8 +9,7 @@
 //   backend_choice.hpp        AUTO, memory spaces, what a backend is built for
 //   validate_forward.cpp      the forward's options, shapes and lse
 //   validate_backward.cpp     the backward's options, shapes, lse and outputs
-//   sm90/sm90_rules.hpp       what only the SM90 kernels need (the forward's tensors)
-//   sm90_backward_rules.hpp   the same rules over the backward's nine tensors
+//   sm90/sm90_rules.hpp       what only the SM90 kernels need (forward and backward)
 #pragma once
 
 #include <cstddef>

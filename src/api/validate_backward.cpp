@@ -1,7 +1,7 @@
 // The backward's own rules: options (struct_size, hopattn_init_backward_options), the shapes of
 // the nine arguments (o, d_o and dq like q; v, dk and dv like k), the required lse, the gradients
 // (each a buffer of its own, no input touched); the shared tensor, call and backend rules are
-// called from here, the SM90 rules (sm90_backward_rules.hpp) once the backend is SM90.
+// called from here, the SM90 rules (sm90/sm90_rules.hpp) once the backend is SM90.
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -10,10 +10,10 @@
 #include "api/backend_choice.hpp"
 #include "api/call_rules.hpp"
 #include "api/problem_of.hpp"
-#include "api/sm90_backward_rules.hpp"
 #include "api/tensor_rules.hpp"
 #include "api/validate.hpp"
 #include "core/dtype.hpp"
+#include "sm90/sm90_rules.hpp"
 
 namespace hopattn {
 
@@ -215,7 +215,7 @@ Status validate(const Arguments& a, const hopattn_varlen* varlen_or_null, bool i
                              or_query(a.dq), or_key(a.dk), or_key(a.dv), options);
   call.workspace_needed = 0;
   if (call.backend == HOPATTN_BACKEND_SM90) {
-    if (Status s = check_sm90_backward_rules(call.problem); s != Status::kOk) return s;
+    if (Status s = sm90::check_backward_rules(call.problem); s != Status::kOk) return s;
     call.workspace_needed = system.sm90_backward_workspace_size(call.problem);
   }
   if (a.query() || options.workspace == nullptr) return Status::kOk;

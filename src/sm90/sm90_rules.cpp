@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -89,13 +90,12 @@ Status check_no_broadcast(const TensorView& t) {
 
 // The kernels index rows, heads, sequences and CTAs with 32-bit integers; this also keeps every
 // TMA global dimension (rows, heads, batch; heads_kv <= heads_q) within the driver's 2^32.
-Status check_32_bit_limits(const ForwardProblem& p) {
-  const SeqlenLayout& s = p.seqlens;
+Status check_32_bit_limits(const SeqlenLayout& s, int64_t heads_q) {
   const bool varlen = s.varlen();
   const std::pair<const char*, int64_t> sizes[] = {
       {"q.seqlen", s.total_q},
       {"k.seqlen", s.total_k},
-      {"q.heads", p.heads_q},
+      {"q.heads", heads_q},
       {varlen ? "varlen->batch + 1" : "q.batch", varlen ? s.batch + 1 : s.batch},
       {"varlen->max_seqlen_q", varlen ? s.seqlen_q : 0},
       {"varlen->max_seqlen_k", varlen ? s.seqlen_k : 0}};
@@ -105,7 +105,7 @@ Status check_32_bit_limits(const ForwardProblem& p) {
                   "; the SM90 backend needs it below 2^31 (32-bit indices)");
     }
   }
-  const int64_t ctas = (s.seqlen_q + kMinBlockM - 1) / kMinBlockM * p.heads_q * s.batch;
+  const int64_t ctas = (s.seqlen_q + kMinBlockM - 1) / kMinBlockM * heads_q * s.batch;
   if (ctas > INT32_MAX) {
     return fail(Status::kUnsupported, "ceil(", varlen ? "varlen->max_seqlen_q" : "q.seqlen", " / ",
                 kMinBlockM, ") * q.heads * ", varlen ? "varlen->batch" : "q.batch", " is ", ctas,
@@ -114,30 +114,47 @@ Status check_32_bit_limits(const ForwardProblem& p) {
   return Status::kOk;
 }
 
-// q, k, v and o as the TMA descriptors see them: a varlen batch is one batch entry of total rows.
-std::array<TensorView, 4> tensors_of(const ForwardProblem& p) {
-  const SeqlenLayout& s = p.seqlens;
-  const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
-  return {{{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q},
-           {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv},
-           {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv},
-           {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q}}};
-}
-
-}  // namespace
-
-Status check_forward_rules(const ForwardProblem& p) {
-  const std::array<TensorView, 4> tensors = tensors_of(p);
+// The rules over a call's tensors as the TMA descriptors see them (a varlen batch is one batch
+// entry of total rows), q-shaped ones with total_q rows and heads_q heads, k-shaped ones with
+// total_k and heads_kv. A null tensor (an output of a workspace-size query) is skipped.
+Status check_tensors(std::initializer_list<TensorView> tensors, DType dtype, const SeqlenLayout& s,
+                     int64_t heads_q) {
   for (const TensorView& t : tensors) {
-    if (t.data == nullptr) continue;  // o of a workspace-size query
-    if (Status status = check_tma_layout(t, p.dtype); status != Status::kOk) return status;
+    if (t.data == nullptr) continue;
+    if (Status status = check_tma_layout(t, dtype); status != Status::kOk) return status;
   }
-  if (Status status = check_32_bit_limits(p); status != Status::kOk) return status;
+  if (Status status = check_32_bit_limits(s, heads_q); status != Status::kOk) return status;
   for (const TensorView& t : tensors) {
     if (t.data == nullptr) continue;
     if (Status status = check_no_broadcast(t); status != Status::kOk) return status;
   }
   return Status::kOk;
+}
+
+}  // namespace
+
+Status check_forward_rules(const ForwardProblem& p) {
+  const SeqlenLayout& s = p.seqlens;
+  const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
+  return check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q},
+                        {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv},
+                        {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv},
+                        {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q}},
+                       p.dtype, s, p.heads_q);
+}
+
+Status check_backward_rules(const BackwardProblem& p) {
+  const SeqlenLayout& s = p.seqlens;
+  const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
+  return check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q},
+                        {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv},
+                        {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv},
+                        {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q},
+                        {"d_o", p.d_o, p.d_o_stride, tensor_batch, s.total_q, p.heads_q},
+                        {"dq", p.dq, p.dq_stride, tensor_batch, s.total_q, p.heads_q},
+                        {"dk", p.dk, p.dk_stride, tensor_batch, s.total_k, p.heads_kv},
+                        {"dv", p.dv, p.dv_stride, tensor_batch, s.total_k, p.heads_kv}},
+                       p.dtype, s, p.heads_q);
 }
 
 }  // namespace hopattn::sm90

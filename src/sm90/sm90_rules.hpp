@@ -1,6 +1,7 @@
 // Every argument rule that only the SM90 backend has (TMA descriptor limits, no broadcast views,
 // 32-bit kernel indices, varlen metadata alignment), in one place. Plain C++ with no CUDA, so that
-// the validation tests run them on any machine; api/validate.cpp calls it once the backend is SM90.
+// the validation tests run them on any machine; api/validate_forward.cpp and
+// api/validate_backward.cpp call them once the backend is SM90.
 #pragma once
 
 #include "core/problem.hpp"
@@ -22,5 +23,8 @@ namespace hopattn::sm90 {
 //   - box sizes <= 256, element strides 1, rank <= 5, swizzle no wider than the inner box: fixed
 //     by each kernel's configuration at compile time, not by the call.
 Status check_forward_rules(const ForwardProblem& problem);
+
+// The same rules over the backward's tensors: q, k, v, o, d_o and dq, dk, dv.
+Status check_backward_rules(const BackwardProblem& problem);
 
 }  // namespace hopattn::sm90
