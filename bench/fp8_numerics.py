@@ -3,8 +3,10 @@
 design (issue 8) before the kernel is written.
 
 The kernel's arithmetic as NumPy sees it:
-  inputs    Q, K, V arrive as bfloat16; optionally Q and K are rotated by M = H D / sqrt(d) over
-            head_dim (H the Walsh-Hadamard matrix, D a seeded +-1 diagonal), which leaves Q K^T
+  inputs    Q, K, V arrive as bfloat16; optionally each head_dim vector x of Q and K is rotated,
+            y = H (D x) / sqrt(d) (H the Walsh-Hadamard matrix in Sylvester order, D a seeded +-1
+            diagonal applied first; hopattn_quantize_fp8's definition, core/hadamard.hpp, whose
+            signs come from a splitmix64 hash instead of NumPy's generator), which leaves Q K^T
             unchanged; then each is divided (float32) by its scale amax / 448 and rounded to e4m3
             (round to nearest even, saturating). A scale covers the whole tensor, one (batch, head),
             or a block of R rows of one (batch, head).
@@ -158,8 +160,10 @@ def rotation_signs(head_dim, seed):
 
 
 def rotate(x, signs):
-    """x M with M = H D / sqrt(d)."""
-    return fwht(x) * signs / math.sqrt(x.shape[-1])
+    """H (D x) / sqrt(d) for every vector x along the last axis: as rows, x M with
+    M = D H / sqrt(d) (H is symmetric). D first: signs applied after H would only flip the signs of
+    the rotated values, which changes no rounding."""
+    return fwht(x * signs) / math.sqrt(x.shape[-1])
 
 
 def check_rotation(q, k, signs):
@@ -167,7 +171,7 @@ def check_rotation(q, k, signs):
     hadamard = np.ones((1, 1))
     while hadamard.shape[0] < d:
         hadamard = np.block([[hadamard, hadamard], [hadamard, -hadamard]])
-    m = hadamard * signs / math.sqrt(d)
+    m = signs[:, None] * hadamard / math.sqrt(d)  # D H / sqrt(d), acting on rows
     assert np.allclose(m @ m.T, np.eye(d), rtol=0, atol=1e-14)
     assert np.allclose(rotate(q, signs), q @ m, rtol=0, atol=1e-12)
     s, s_rot = q @ k.T, rotate(q, signs) @ rotate(k, signs).T

@@ -381,6 +381,8 @@ const char* dtype_label(hopattn_dtype dtype) {
       return "bf16";
     case HOPATTN_DTYPE_FLOAT16:
       return "fp16";
+    case HOPATTN_DTYPE_FLOAT8_E4M3:
+      return "fp8_e4m3";
   }
   return "?";
 }

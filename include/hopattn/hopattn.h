@@ -35,7 +35,11 @@ typedef enum hopattn_status {
 typedef enum hopattn_dtype {
   HOPATTN_DTYPE_FLOAT32 = 0,
   HOPATTN_DTYPE_BFLOAT16 = 1,
-  HOPATTN_DTYPE_FLOAT16 = 2
+  HOPATTN_DTYPE_FLOAT16 = 2,
+  /* OCP float8 e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; finite max 448, no
+   * infinity, NaN 0x7f / 0xff. Only hopattn_quantize_fp8 writes it; no operation reads it yet
+   * (hopattn_forward and hopattn_backward refuse it). */
+  HOPATTN_DTYPE_FLOAT8_E4M3 = 3
 } hopattn_dtype;
 
 typedef enum hopattn_backend {
@@ -57,7 +61,8 @@ typedef struct hopattn_tensor {
 } hopattn_tensor;
 
 /*
- * Structs that may grow: hopattn_forward_options and hopattn_varlen start with struct_size, the
+ * Structs that may grow: hopattn_forward_options, hopattn_backward_options,
+ * hopattn_quantize_options and hopattn_varlen start with struct_size, the
  * sizeof() the caller was compiled with. The library reads only the fields that fit in it and
  * gives later fields their defaults, so a caller built against an older header keeps working.
  * No growable struct crosses the library boundary by value, since a library newer than the
@@ -249,6 +254,72 @@ HOPATTN_API hopattn_status hopattn_backward_workspace_size(const hopattn_tensor*
                                                            const hopattn_varlen* varlen,
                                                            const hopattn_backward_options* options,
                                                            size_t* bytes);
+
+/*
+ * FP8 quantisation (the FP8 attention kernel that will read it is not built yet).
+ * How many values share one scale, and the layout of the float32 scales array.
+ */
+typedef enum hopattn_fp8_scaling {
+  HOPATTN_FP8_SCALE_TENSOR = 0, /* one scale */
+  HOPATTN_FP8_SCALE_HEAD = 1,   /* (batch, heads) scales, contiguous */
+  HOPATTN_FP8_SCALE_BLOCK = 2   /* (batch, heads, ceil(seqlen / block_rows)) scales, contiguous:
+                                 * block r of a head covers rows [r * block_rows,
+                                 * min((r + 1) * block_rows, seqlen)) */
+} hopattn_fp8_scaling;
+
+/* Options of hopattn_quantize_fp8; a growable struct like hopattn_forward_options. */
+typedef struct hopattn_quantize_options {
+  size_t struct_size; /* sizeof(hopattn_quantize_options) */
+  hopattn_fp8_scaling scaling;
+  /* HOPATTN_FP8_SCALE_BLOCK only: rows per scale, > 0 (the FP8 kernel will want its tile, 128). */
+  int64_t block_rows;
+  /* Nonzero: rotate every head_dim vector x first, y = H (D x) / sqrt(head_dim), H the
+   * Walsh-Hadamard matrix in natural (Sylvester) order, D = diag(s_0, ..., s_{head_dim-1}) with
+   * s_i = -1 if the top bit of the (i + 1)-th output of splitmix64 started at state `seed` is
+   * set, else +1 (the same signs in every (batch, row, head), so Q and K rotated with one seed
+   * keep Q K^T). head_dim must then be a power of two. */
+  int hadamard;
+  uint64_t seed;
+  hopattn_backend backend;
+  void* cuda_stream; /* as in hopattn_forward_options */
+} hopattn_quantize_options;
+
+/* struct_size = sizeof, scaling = BLOCK, block_rows = 128, hadamard = 1, seed = 0,
+ * backend = AUTO, stream = NULL. */
+static inline hopattn_quantize_options hopattn_default_quantize_options(void) {
+  hopattn_quantize_options options;
+  memset(&options, 0, sizeof options);
+  options.struct_size = sizeof options;
+  options.scaling = HOPATTN_FP8_SCALE_BLOCK;
+  options.block_rows = 128;
+  options.hadamard = 1;
+  options.backend = HOPATTN_BACKEND_AUTO;
+  return options;
+}
+
+/* As hopattn_init_forward_options, for hopattn_quantize_options. */
+HOPATTN_API hopattn_status hopattn_init_quantize_options(hopattn_quantize_options* options,
+                                                         size_t struct_size);
+
+/*
+ * Quantises x to float8 e4m3 with one float32 scale per block of values (options->scaling):
+ *   x:      float32, bfloat16 or float16 (batch, seqlen, heads, head_dim), any strides
+ *   out:    HOPATTN_DTYPE_FLOAT8_E4M3, x's shape, strides of its own; its elements distinct
+ *   scales: float32, contiguous, in options->scaling's layout
+ * out and scales share no memory with x or each other. With options->hadamard, x is rotated
+ * first (above). Each scale is amax / 448, amax the largest |value| of its block after the
+ * rotation, and out = e4m3(value / scale), rounded to nearest even and saturated to +-448; so
+ * value ~ e4m3 value of out * scale. A block of zeros gets scale 1 (never 0 or NaN), so it
+ * dequantises to exact zeros.
+ * Non-finite values: a block holding a NaN or an infinity (after the rotation, which spreads one
+ * to its whole head_dim vector) gets scale NaN if it holds a NaN, else +inf, and every element of
+ * the block is e4m3 NaN (0x7f): every element dequantises to NaN, none to a wrong finite value.
+ * NULL options takes the defaults (block scales of 128 rows, rotation on, seed 0). The SM90
+ * backend has no FP8 quantisation yet (HOPATTN_ERROR_UNSUPPORTED); the CPU backend has it.
+ */
+HOPATTN_API hopattn_status hopattn_quantize_fp8(const hopattn_tensor* x, hopattn_tensor* out,
+                                                float* scales,
+                                                const hopattn_quantize_options* options);
 
 /* The message of the last failed call on this thread ("" after a success). */
 HOPATTN_API const char* hopattn_last_error(void);

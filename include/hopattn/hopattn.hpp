@@ -127,6 +127,26 @@ struct BackwardOptions {
   }
 };
 
+struct QuantizeOptions {
+  hopattn_fp8_scaling scaling = HOPATTN_FP8_SCALE_BLOCK;
+  int64_t block_rows = 128;  // HOPATTN_FP8_SCALE_BLOCK: rows per scale
+  bool hadamard = true;      // rotate each head_dim vector first (a power-of-two head_dim)
+  uint64_t seed = 0;         // the rotation's signs
+  hopattn_backend backend = HOPATTN_BACKEND_AUTO;
+  void* cuda_stream = nullptr;
+
+  hopattn_quantize_options to_c() const {
+    hopattn_quantize_options options = hopattn_default_quantize_options();
+    options.scaling = scaling;
+    options.block_rows = block_rows;
+    options.hadamard = hadamard ? 1 : 0;
+    options.seed = seed;
+    options.backend = backend;
+    options.cuda_stream = cuda_stream;
+    return options;
+  }
+};
+
 // A variable-length batch (hopattn_varlen): int32 prefix sums in the backend's memory space.
 struct Varlen {
   int64_t batch = 0;
@@ -216,6 +236,15 @@ inline size_t backward_workspace_size(const Tensor& q, const Tensor& k, const Te
   check(hopattn_backward_workspace_size(
       &q.raw, &k.raw, &v.raw, varlen != nullptr ? &c_varlen : nullptr, &c_options, &bytes));
   return bytes;
+}
+
+// x (float32, bfloat16 or float16) to float8 e4m3 in out, with float32 scales in
+// options.scaling's layout (hopattn_quantize_fp8).
+inline void quantize_fp8(const Tensor& x, const MutableTensor& out, float* scales,
+                         const QuantizeOptions& options = {}) {
+  const hopattn_quantize_options c_options = options.to_c();
+  hopattn_tensor c_out = out.raw;
+  check(hopattn_quantize_fp8(&x.raw, &c_out, scales, &c_options));
 }
 
 inline std::string version() { return hopattn_version(); }

@@ -22,6 +22,13 @@ class DType(enum.IntEnum):
     FLOAT32 = 0
     BFLOAT16 = 1
     FLOAT16 = 2
+    FLOAT8_E4M3 = 3  # only hopattn_quantize_fp8's output; attention refuses it
+
+
+class Fp8Scaling(enum.IntEnum):
+    TENSOR = 0
+    HEAD = 1
+    BLOCK = 2
 
 
 class Backend(enum.IntEnum):
@@ -89,6 +96,20 @@ class Varlen(ctypes.Structure):
     ]
 
 
+class QuantizeOptions(ctypes.Structure):
+    """hopattn_quantize_options. Build it with default_quantize_options()."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("scaling", ctypes.c_int),
+        ("block_rows", ctypes.c_int64),
+        ("hadamard", ctypes.c_int),
+        ("seed", ctypes.c_uint64),
+        ("backend", ctypes.c_int),
+        ("cuda_stream", ctypes.c_void_p),
+    ]
+
+
 # hopattn.h's defaults are inline C functions, so ctypes cannot call them: the struct is made
 # here, with the mirror's size, and the library writes its defaults into it. struct_size says how
 # much memory this mirror really holds, so that a library newer than the mirror writes and reads
@@ -112,6 +133,17 @@ def default_varlen(lib: ctypes.CDLL) -> Varlen:
 
 def default_backward_options(lib: ctypes.CDLL) -> BackwardOptions:
     return _init(lib, "hopattn_init_backward_options", BackwardOptions)
+
+
+def default_quantize_options(lib: ctypes.CDLL) -> QuantizeOptions:
+    return _init(lib, "hopattn_init_quantize_options", QuantizeOptions)
+
+
+QUANTIZE_FUNCTIONS = ("hopattn_init_quantize_options", "hopattn_quantize_fp8")
+
+
+def has_quantize(lib: ctypes.CDLL) -> bool:
+    return all(hasattr(lib, name) for name in QUANTIZE_FUNCTIONS)
 
 
 # The backward entry points came with ABI 0.1's second half; a library built before them loads
@@ -153,6 +185,12 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.hopattn_forward_workspace_size.restype = ctypes.c_int
     if has_backward(lib):
         _declare_backward(lib)
+    if has_quantize(lib):
+        options_p = ctypes.POINTER(QuantizeOptions)
+        lib.hopattn_init_quantize_options.argtypes = [options_p, ctypes.c_size_t]
+        lib.hopattn_init_quantize_options.restype = ctypes.c_int
+        lib.hopattn_quantize_fp8.argtypes = [tensor_p, tensor_p, ctypes.c_void_p, options_p]
+        lib.hopattn_quantize_fp8.restype = ctypes.c_int
     lib.hopattn_last_error.argtypes = []
     lib.hopattn_last_error.restype = ctypes.c_char_p
     lib.hopattn_status_name.argtypes = [ctypes.c_int]

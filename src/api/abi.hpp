@@ -15,6 +15,12 @@ static_assert(static_cast<int>(DType::kFloat32) == HOPATTN_DTYPE_FLOAT32);
 static_assert(static_cast<int>(DType::kBFloat16) == HOPATTN_DTYPE_BFLOAT16);
 static_assert(static_cast<int>(DType::kFloat16) == HOPATTN_DTYPE_FLOAT16);
 
+static_assert(static_cast<int>(DType::kFloat8E4M3) == HOPATTN_DTYPE_FLOAT8_E4M3);
+
+static_assert(static_cast<int>(Fp8Scaling::kTensor) == HOPATTN_FP8_SCALE_TENSOR);
+static_assert(static_cast<int>(Fp8Scaling::kHead) == HOPATTN_FP8_SCALE_HEAD);
+static_assert(static_cast<int>(Fp8Scaling::kBlock) == HOPATTN_FP8_SCALE_BLOCK);
+
 static_assert(static_cast<int>(Status::kOk) == HOPATTN_OK);
 static_assert(static_cast<int>(Status::kInvalidArgument) == HOPATTN_ERROR_INVALID_ARGUMENT);
 static_assert(static_cast<int>(Status::kUnsupported) == HOPATTN_ERROR_UNSUPPORTED);

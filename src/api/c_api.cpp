@@ -99,6 +99,17 @@ HOPATTN_API hopattn_status hopattn_backward_workspace_size(
       [&] { return hopattn::backward_workspace_size(q, k, v, varlen, options, bytes); });
 }
 
+HOPATTN_API hopattn_status hopattn_init_quantize_options(hopattn_quantize_options* options,
+                                                         size_t struct_size) {
+  return guarded([&] { return hopattn::init_quantize_options(options, struct_size); });
+}
+
+HOPATTN_API hopattn_status hopattn_quantize_fp8(const hopattn_tensor* x, hopattn_tensor* out,
+                                                float* scales,
+                                                const hopattn_quantize_options* options) {
+  return guarded([&] { return hopattn::quantize_fp8(x, out, scales, options); });
+}
+
 HOPATTN_API const char* hopattn_last_error(void) { return hopattn::last_error(); }
 
 HOPATTN_API const char* hopattn_status_name(hopattn_status status) {

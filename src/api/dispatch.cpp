@@ -137,6 +137,16 @@ Status backward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
   return Status::kOk;
 }
 
+Status quantize_fp8(const hopattn_tensor* x, hopattn_tensor* out, float* scales,
+                    const hopattn_quantize_options* options) {
+  QuantizeCall call;
+  if (Status s = validate_quantize(x, out, scales, options, system_queries(), call);
+      s != Status::kOk) {
+    return s;
+  }
+  return cpu::quantize_fp8(call.problem);  // validation refuses every other backend
+}
+
 bool backend_available(int backend) {
   switch (backend) {
     case HOPATTN_BACKEND_AUTO:  // AUTO can always fall back to the CPU
@@ -159,7 +169,7 @@ bool backend_supports(int backend, int dtype, int64_t head_dim) {
 
 const char* build_info() {
   static const std::string info = "cpu: float32/bfloat16/float16, head_dim 1-" +
-                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA, varlen, backward; " +
+                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA, varlen, backward, FP8 quantisation; " +
                                   std::to_string(cpu::worker_count()) + " threads\n" + sm90_info();
   return info.c_str();
 }

@@ -32,6 +32,9 @@ Status backward_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
                                const hopattn_tensor* v, const hopattn_varlen* varlen,
                                const hopattn_backward_options* options, size_t* bytes);
 
+Status quantize_fp8(const hopattn_tensor* x, hopattn_tensor* out, float* scales,
+                    const hopattn_quantize_options* options);
+
 // The enum arguments as the integers the caller passed (enum_value): any int may arrive.
 bool backend_available(int backend);
 bool backend_supports(int backend, int dtype, int64_t head_dim);

@@ -41,7 +41,8 @@ Status check_tensor(const NamedTensor& named) {
   if (t.data == nullptr) return invalid(name, ".data is NULL");
   const int dtype = enum_value(t.dtype);
   if (!is_valid_dtype(dtype)) {
-    return invalid(name, ".dtype is ", dtype, "; allowed: 0 (float32), 1 (bfloat16), 2 (float16)");
+    return invalid(name, ".dtype is ", dtype,
+                   "; allowed: 0 (float32), 1 (bfloat16), 2 (float16), 3 (float8_e4m3)");
   }
   const int64_t element_bytes = element_size(static_cast<DType>(dtype));
   if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(element_bytes) != 0) {
@@ -76,6 +77,14 @@ Status check_tensor(const NamedTensor& named) {
                    ".data run past the end of the address space");
   }
   return Status::kOk;
+}
+
+Status check_attention_dtype(const NamedTensor& named, const char* operation) {
+  const DType dtype = dtype_of(named.tensor->dtype);
+  if (is_attention_dtype(dtype)) return Status::kOk;
+  return invalid(named.name, ".dtype is ", dtype_name(dtype), "; ", operation,
+                 " takes float32, bfloat16 or float16 (float8_e4m3 is hopattn_quantize_fp8's "
+                 "output, for the FP8 kernel that is not built yet)");
 }
 
 // A sufficient test: ordered by stride, each dimension must step past everything the dimensions

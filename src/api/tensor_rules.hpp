@@ -42,6 +42,10 @@ std::string shape_of(const hopattn_tensor& t);
 // and in bytes within int64), int64 overflow of the extent, the end of the address space.
 Status check_tensor(const NamedTensor& named);
 
+// A tensor that passed check_tensor holds float32, bfloat16 or float16, the dtypes `operation`
+// ("hopattn_forward") reads and writes; float8_e4m3 is refused.
+Status check_attention_dtype(const NamedTensor& named, const char* operation);
+
 // Two elements of an output at one address would be a write race (inputs may broadcast).
 Status check_output_does_not_overlap(const NamedTensor& named);
 

@@ -9,6 +9,7 @@
 //   backend_choice.hpp        AUTO, memory spaces, what a backend is built for
 //   validate_forward.cpp      the forward's options, shapes and lse
 //   validate_backward.cpp     the backward's options, shapes, lse and outputs
+//   validate_quantize.cpp     hopattn_quantize_fp8's options, x, out and scales
 //   sm90/sm90_rules.hpp       what only the SM90 kernels need (forward and backward)
 #pragma once
 
@@ -32,23 +33,31 @@ struct BackwardCall {
   size_t workspace_needed = 0;
 };
 
+struct QuantizeCall {
+  hopattn_backend backend = HOPATTN_BACKEND_CPU;  // CPU: the only backend that quantises yet
+  QuantizeProblem problem;
+};
+
 // hopattn.h's inline defaults, the one definition: what a NULL options means, and the values of
 // the fields past an older caller's struct_size.
 hopattn_forward_options default_forward_options();
 hopattn_varlen default_varlen();
 hopattn_backward_options default_backward_options();
+hopattn_quantize_options default_quantize_options();
 
 // hopattn_init_forward_options and hopattn_init_varlen: the defaults written into the first
 // min(struct_size, sizeof) bytes, struct_size kept as the caller's.
 Status init_forward_options(hopattn_forward_options* options, size_t struct_size);
 Status init_varlen(hopattn_varlen* varlen, size_t struct_size);
 Status init_backward_options(hopattn_backward_options* options, size_t struct_size);
+Status init_quantize_options(hopattn_quantize_options* options, size_t struct_size);
 
 // The struct sizes of the first versions of the growable structs: a smaller struct_size cannot
 // come from any hopattn.h (it is uninitialised or 0).
 extern const size_t kForwardOptionsFirstSize;
 extern const size_t kVarlenFirstSize;
 extern const size_t kBackwardOptionsFirstSize;
+extern const size_t kQuantizeOptionsFirstSize;
 
 // On failure each returns the status after hopattn::set_error; `call` is then unspecified.
 
@@ -94,5 +103,10 @@ Status validate_backward_workspace_query(const hopattn_tensor* q, const hopattn_
                                          const hopattn_tensor* v, const hopattn_varlen* varlen,
                                          const hopattn_backward_options* options,
                                          const SystemQueries& system, BackwardCall& call);
+
+// hopattn_quantize_fp8
+Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, float* scales,
+                         const hopattn_quantize_options* options, const SystemQueries& system,
+                         QuantizeCall& call);
 
 }  // namespace hopattn

@@ -149,6 +149,10 @@ Status validate(const Arguments& a, const hopattn_varlen* varlen_or_null, bool i
   // In the order of the C arguments, lse after d_o.
   for (const Shaped& s : present(a)) {
     if (Status status = check_tensor(s.tensor); status != Status::kOk) return status;
+    if (Status status = check_attention_dtype(s.tensor, "hopattn_backward");
+        status != Status::kOk) {
+      return status;
+    }
     if (std::string(s.tensor.name) == "d_o" && a.lse == nullptr) {
       return invalid("lse is NULL; the backward needs the forward's float32 LSE, ",
                      is_varlen ? "(heads_q, total_q)" : "(batch, heads_q, seqlen_q)",

@@ -118,6 +118,7 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
   if (!query) tensors.push_back({o, "o"});
   for (const NamedTensor& t : tensors) {
     if (Status s = check_tensor(t); s != Status::kOk) return s;
+    if (Status s = check_attention_dtype(t, "hopattn_forward"); s != Status::kOk) return s;
   }
   if (Status s = check_shapes(*q, *k, *v, o, is_varlen); s != Status::kOk) return s;
   if (!query) {

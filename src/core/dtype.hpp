@@ -2,7 +2,10 @@
 // CPU backend, the float64 reference and the tests. Bit-exact and header-only, with no CUDA
 // headers, so host and device code convert identically:
 //   float -> bfloat16 and float -> float16 round to nearest even; NaN stays NaN (quiet),
-//   infinities stay infinite, float16 subnormals are produced and read exactly.
+//   infinities stay infinite, float16 subnormals are produced and read exactly;
+//   float -> float8 e4m3 (OCP e4m3fn) rounds to nearest even and saturates to +-448 (infinities
+//   too: the format has none), NaN becomes NaN; as bench/fp8_numerics.py's e4m3() and PTX's
+//   cvt.rn.satfinite.e4m3x2.f32.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,12 @@ struct bfloat16 {
 struct float16 {
   uint16_t bits;
 };
+struct float8_e4m3 {
+  uint8_t bits;
+};
+
+constexpr float kFloat8E4M3Max = 448.f;
+constexpr uint8_t kFloat8E4M3NaN = 0x7f;  // 0xff is NaN too
 
 HOPATTN_HOST_DEVICE uint32_t bits_of(float value) {
   uint32_t bits;
@@ -51,6 +60,17 @@ HOPATTN_HOST_DEVICE float to_float(float16 value) {
                         : magnitude >= 0x7c00u ? inf_or_nan
                                                : normal;
   return float_of_bits(sign | bits);
+}
+
+// 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (mantissa * 2^-9),
+// exponent 15 with mantissa 7 is NaN (the only non-finite value).
+HOPATTN_HOST_DEVICE float to_float(float8_e4m3 value) {
+  const uint32_t sign = static_cast<uint32_t>(value.bits & 0x80u) << 24;
+  const uint32_t exponent = (value.bits >> 3) & 0xfu;
+  const uint32_t mantissa = value.bits & 0x7u;
+  if (exponent == 15 && mantissa == 7) return float_of_bits(sign | 0x7fc00000u);
+  if (exponent == 0) return float_of_bits(sign | bits_of(static_cast<float>(mantissa) * 0x1p-9f));
+  return float_of_bits(sign | ((exponent + 127u - 7u) << 23) | (mantissa << 20));
 }
 
 template <class Element>
@@ -97,6 +117,25 @@ HOPATTN_HOST_DEVICE float16 from_float<float16>(float value) {
   return {static_cast<uint16_t>(sign | (half + round_up))};  // 0x400 is the smallest normal
 }
 
+template <>
+HOPATTN_HOST_DEVICE float8_e4m3 from_float<float8_e4m3>(float value) {
+  const uint32_t bits = bits_of(value);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return {static_cast<uint8_t>(sign | kFloat8E4M3NaN)};
+  // 448 (0x43e00000) and up, infinity included, saturates: the codes stop at 0x7e = 448.
+  if (magnitude >= 0x43e00000u) return {static_cast<uint8_t>(sign | 0x7eu)};
+  if (magnitude < (121u << 23)) {  // below 2^-6, the smallest normal: units of 2^-9
+    // m * 2^9 < 8 is exact; adding 2^23 rounds it to an integer, to nearest even.
+    const float units = float_of_bits(magnitude) * 0x1p9f + 0x1p23f;
+    return {static_cast<uint8_t>(sign | (bits_of(units) & 0xfu))};  // 8 is 2^-6, a normal code
+  }
+  // Keep 3 of the 23 mantissa bits, rounding to nearest even; a carry steps the exponent (below
+  // 448 the result is at most 448, code 0x7e). Rebias the exponent from 127 to 7.
+  const uint32_t rounded = (magnitude + 0x7ffffu + ((magnitude >> 20) & 1u)) >> 20;
+  return {static_cast<uint8_t>(sign | (rounded - ((127u - 7u) << 3)))};
+}
+
 // The storage type of each DType.
 template <DType kDtype>
 struct ElementOf;
@@ -113,30 +152,43 @@ struct ElementOf<DType::kFloat16> {
   using type = float16;
 };
 
+template <>
+struct ElementOf<DType::kFloat8E4M3> {
+  using type = float8_e4m3;
+};
+
 // Whether an integer from outside (the C ABI's dtype field) names a DType.
 HOPATTN_HOST_DEVICE bool is_valid_dtype(int dtype) {
-  return dtype == static_cast<int>(DType::kFloat32) ||
-         dtype == static_cast<int>(DType::kBFloat16) || dtype == static_cast<int>(DType::kFloat16);
+  return dtype >= static_cast<int>(DType::kFloat32) && dtype <= static_cast<int>(DType::kFloat8E4M3);
 }
 
-HOPATTN_HOST_DEVICE int64_t element_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+// The dtypes attention reads and writes (forward, backward) and hopattn_quantize_fp8 reads.
+HOPATTN_HOST_DEVICE bool is_attention_dtype(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
+}
+
+HOPATTN_HOST_DEVICE int64_t element_size(DType dtype) {
+  return dtype == DType::kFloat32 ? 4 : dtype == DType::kFloat8E4M3 ? 1 : 2;
+}
 
 inline const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return "float32";
     case DType::kBFloat16: return "bfloat16";
     case DType::kFloat16: return "float16";
+    case DType::kFloat8E4M3: return "float8_e4m3";
   }
   return "unknown";
 }
 
-// Calls fn(Element{}) with the storage type of `dtype`, which must be valid.
+// Calls fn(Element{}) with the storage type of `dtype`, which must be an attention dtype.
 template <class Fn>
 decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::kBFloat16: return fn(bfloat16{});
     case DType::kFloat16: return fn(float16{});
-    case DType::kFloat32: break;
+    case DType::kFloat32:
+    case DType::kFloat8E4M3: break;  // not an attention dtype: validation refused it
   }
   return fn(float{});
 }

@@ -68,6 +68,32 @@ struct BackwardProblem {
   double flops() const;
 };
 
+// FP8 quantisation (hopattn_quantize_fp8): x (any attention dtype) rotated if `hadamard`, then
+// divided by one scale per block and rounded to e4m3 into out. Blocks are `block_rows` rows of one
+// (batch, head) (for kTensor and kHead: all seqlen rows), and scales holds
+// scale_count() floats in the layout of `scaling`.
+struct QuantizeProblem {
+  DType dtype = DType::kFloat32;  // x's
+  int64_t batch = 0, seqlen = 0, heads = 0, head_dim = 0;
+  const void* x = nullptr;
+  void* out = nullptr;  // float8_e4m3
+  float* scales = nullptr;
+  Strides x_stride, out_stride;
+
+  Fp8Scaling scaling = Fp8Scaling::kBlock;
+  int64_t block_rows = 0;  // rows of one scale block: options->block_rows, or seqlen
+  bool hadamard = false;
+  uint64_t seed = 0;
+  void* cuda_stream = nullptr;
+
+  int64_t blocks_per_head() const { return (seqlen + block_rows - 1) / block_rows; }
+  int64_t scale_count() const {
+    return scaling == Fp8Scaling::kTensor ? 1
+           : scaling == Fp8Scaling::kHead ? batch * heads
+                                          : batch * heads * blocks_per_head();
+  }
+};
+
 // FLOPs of the two matrix products of one sequence of one head, counting only unmasked scores.
 double sequence_forward_flops(bool causal, int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim);
 

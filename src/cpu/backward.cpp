@@ -423,6 +423,7 @@ HOPATTN_CPU_CLONES void run_key_task(const BackwardProblem& p, const Task& task)
     case DType::kFloat32: key_block_gradients<float>(p, task, ws); break;
     case DType::kBFloat16: key_block_gradients<bfloat16>(p, task, ws); break;
     case DType::kFloat16: key_block_gradients<float16>(p, task, ws); break;
+    case DType::kFloat8E4M3: break;  // not an attention dtype: validation refuses it
   }
 }
 
@@ -432,6 +433,7 @@ HOPATTN_CPU_CLONES void run_query_task(const BackwardProblem& p, const Task& tas
     case DType::kFloat32: query_block_gradient<float>(p, task, ws); break;
     case DType::kBFloat16: query_block_gradient<bfloat16>(p, task, ws); break;
     case DType::kFloat16: query_block_gradient<float16>(p, task, ws); break;
+    case DType::kFloat8E4M3: break;  // not an attention dtype: validation refuses it
   }
 }
 

@@ -25,5 +25,8 @@ Status forward(const ForwardProblem& problem);
 // written by one task in a fixed order: bitwise-identical results run to run, whatever the
 // thread count's scheduling. Needs no workspace; varlen metadata host memory, checked by the API.
 Status backward(const BackwardProblem& problem);
+// FP8 quantisation (hopattn_quantize_fp8) of a validated problem, multithreaded over
+// (batch, head); deterministic. Needs no workspace beyond one float32 amax per scale block.
+Status quantize_fp8(const QuantizeProblem& problem);
 
 }  // namespace hopattn::cpu

@@ -311,13 +311,14 @@ HOPATTN_CPU_CLONES void run_task(const ForwardProblem& p, const Task& task) {
     case DType::kFloat32: attend_query_block<float>(p, task, ws); break;
     case DType::kBFloat16: attend_query_block<bfloat16>(p, task, ws); break;
     case DType::kFloat16: attend_query_block<float16>(p, task, ws); break;
+    case DType::kFloat8E4M3: break;  // not an attention dtype: validation refuses it
   }
 }
 
 }  // namespace
 
 bool supports(DType dtype, int64_t head_dim) {
-  return is_valid_dtype(static_cast<int>(dtype)) && head_dim >= 1 && head_dim <= kMaxHeadDim;
+  return is_attention_dtype(dtype) && head_dim >= 1 && head_dim <= kMaxHeadDim;
 }
 
 int worker_count() { return ThreadPool::instance().thread_count(); }

@@ -90,6 +90,7 @@ double gradient_tolerance(hopattn_dtype dtype) {
   switch (dtype) {
     case HOPATTN_DTYPE_BFLOAT16: return 6e-3;
     case HOPATTN_DTYPE_FLOAT16: return 6e-4;
+    case HOPATTN_DTYPE_FLOAT8_E4M3:  // no gradient is e4m3
     case HOPATTN_DTYPE_FLOAT32: break;
   }
   return 1e-5;

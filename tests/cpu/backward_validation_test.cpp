@@ -220,8 +220,20 @@ TEST_F(BackwardValidation, RejectsEachTensorOfAnotherDtype) {
   }
 }
 
+TEST_F(BackwardValidation, RejectsFloat8E4M3) {
+  for (const char* name : kNames) {
+    SCOPED_TRACE(name);
+    SetUp();
+    t(name).dtype = HOPATTN_DTYPE_FLOAT8_E4M3;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    std::string(name) +
+                        ".dtype is float8_e4m3; hopattn_backward takes float32, bfloat16 or "
+                        "float16");
+  }
+}
+
 TEST_F(BackwardValidation, ReadsEnumFieldsAsIntegers) {
-  for (int value : {-1, 3, 255}) {
+  for (int value : {-1, 4, 255}) {
     SCOPED_TRACE(value);
     SetUp();
     std::memcpy(&t("dv").dtype, &value, sizeof value);

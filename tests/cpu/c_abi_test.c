@@ -127,6 +127,34 @@ int main(void) {
            "hopattn_init_backward_options gives the inline defaults");
   }
 
+  /* FP8 quantisation: q to e4m3 with one scale per (batch, head), and the options' init. */
+  {
+    uint8_t codes[kTotalQ * kHeads * kHeadDim];
+    float scales[kHeads];
+    hopattn_tensor tcodes = tq; /* q's shape and strides, in elements */
+    hopattn_quantize_options quantize = hopattn_default_quantize_options();
+    hopattn_quantize_options initialised;
+    tcodes.data = codes;
+    tcodes.dtype = HOPATTN_DTYPE_FLOAT8_E4M3;
+    quantize.scaling = HOPATTN_FP8_SCALE_HEAD;
+    quantize.backend = HOPATTN_BACKEND_CPU;
+    expect(hopattn_quantize_fp8(&tq, &tcodes, scales, &quantize) == HOPATTN_OK,
+           "hopattn_quantize_fp8");
+    expect(scales[0] > 0.f && isfinite(scales[0]) && scales[kHeads - 1] > 0.f,
+           "one positive scale per head");
+    memset(&initialised, 0xff, sizeof initialised);
+    expect(hopattn_init_quantize_options(&initialised, sizeof initialised) == HOPATTN_OK &&
+               initialised.struct_size == sizeof initialised &&
+               initialised.scaling == HOPATTN_FP8_SCALE_BLOCK && initialised.block_rows == 128 &&
+               initialised.hadamard == 1 && initialised.seed == 0 &&
+               initialised.backend == HOPATTN_BACKEND_AUTO && initialised.cuda_stream == NULL,
+           "hopattn_init_quantize_options gives the inline defaults");
+    expect(hopattn_forward_varlen(&tcodes, &tk, &tv, &to, lse, &varlen, &options) ==
+                   HOPATTN_ERROR_INVALID_ARGUMENT &&
+               strstr(hopattn_last_error(), "q.dtype is float8_e4m3") != NULL,
+           "attention refuses e4m3");
+  }
+
   options.struct_size = 0;
   expect(hopattn_forward_varlen(&tq, &tk, &tv, &to, lse, &varlen, &options) ==
              HOPATTN_ERROR_INVALID_ARGUMENT,

@@ -46,6 +46,7 @@ double load_element(hopattn_dtype dtype, const void* base, int64_t offset) {
   switch (dtype) {
     case HOPATTN_DTYPE_BFLOAT16: return to_float(static_cast<const bfloat16*>(base)[offset]);
     case HOPATTN_DTYPE_FLOAT16: return to_float(static_cast<const float16*>(base)[offset]);
+    case HOPATTN_DTYPE_FLOAT8_E4M3: return to_float(static_cast<const float8_e4m3*>(base)[offset]);
     case HOPATTN_DTYPE_FLOAT32: break;
   }
   return static_cast<const float*>(base)[offset];
@@ -59,6 +60,9 @@ void store_element(hopattn_dtype dtype, void* base, int64_t offset, double value
       return;
     case HOPATTN_DTYPE_FLOAT16:
       static_cast<float16*>(base)[offset] = from_float<float16>(f);
+      return;
+    case HOPATTN_DTYPE_FLOAT8_E4M3:
+      static_cast<float8_e4m3*>(base)[offset] = from_float<float8_e4m3>(f);
       return;
     case HOPATTN_DTYPE_FLOAT32: break;
   }
@@ -200,6 +204,7 @@ double relative_tolerance(hopattn_dtype dtype) {
   switch (dtype) {
     case HOPATTN_DTYPE_BFLOAT16: return 4e-3;  // output rounding: 2^-9 relative, ~1e-3 RMS
     case HOPATTN_DTYPE_FLOAT16: return 5e-4;   // 2^-12 relative, ~1.4e-4 RMS
+    case HOPATTN_DTYPE_FLOAT8_E4M3: return 0.1;  // no attention output is e4m3 (yet)
     case HOPATTN_DTYPE_FLOAT32: break;
   }
   return 5e-6;

@@ -207,11 +207,28 @@ TEST_F(Validation, RejectsUnknownDtype) {
   for (const char* name : kTensorNames) {
     SCOPED_TRACE(name);
     SetUp();
-    tensor(name)->dtype = static_cast<hopattn_dtype>(3);
-    expect_rejected(
-        HOPATTN_ERROR_INVALID_ARGUMENT,
-        std::string(name) + ".dtype is 3; allowed: 0 (float32), 1 (bfloat16), 2 (float16)");
+    tensor(name)->dtype = static_cast<hopattn_dtype>(4);
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    std::string(name) +
+                        ".dtype is 4; allowed: 0 (float32), 1 (bfloat16), 2 (float16), 3 "
+                        "(float8_e4m3)");
   }
+}
+
+TEST_F(Validation, RejectsFloat8E4M3) {
+  for (const char* name : kTensorNames) {
+    SCOPED_TRACE(name);
+    SetUp();
+    tensor(name)->dtype = HOPATTN_DTYPE_FLOAT8_E4M3;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    std::string(name) +
+                        ".dtype is float8_e4m3; hopattn_forward takes float32, bfloat16 or "
+                        "float16 (float8_e4m3 is hopattn_quantize_fp8's output");
+  }
+  // Every tensor e4m3 (one dtype): refused before the shapes are compared.
+  SetUp();
+  for (hopattn_tensor* t : {&q, &k, &v, &o}) t->dtype = HOPATTN_DTYPE_FLOAT8_E4M3;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "q.dtype is float8_e4m3; hopattn_forward");
 }
 
 TEST_F(Validation, RejectsDtypeMismatch) {
@@ -422,7 +439,7 @@ TEST_F(Validation, RejectsDataNotAlignedToTheElementSize) {
 // A C caller may store any int in an enum field; validation reads it as an integer (under UBSan a
 // load of an out-of-range enum object is an error, -fsanitize=enum).
 TEST_F(Validation, ReadsEnumFieldsAsIntegers) {
-  for (int value : {-1, 3, 255, INT32_MAX, INT32_MIN}) {
+  for (int value : {-1, 4, 255, INT32_MAX, INT32_MIN}) {
     SCOPED_TRACE(value);
     SetUp();
     std::memcpy(&k.dtype, &value, sizeof value);

@@ -19,11 +19,13 @@ HEADER = Path(__file__).resolve().parents[2] / "include" / "hopattn" / "hopattn.
 
 # C type name -> its mirror. A struct the header gains without a mirror fails the test below.
 STRUCTS = {"hopattn_tensor": api.Tensor, "hopattn_forward_options": api.ForwardOptions,
-           "hopattn_varlen": api.Varlen, "hopattn_backward_options": api.BackwardOptions}
+           "hopattn_varlen": api.Varlen, "hopattn_backward_options": api.BackwardOptions,
+           "hopattn_quantize_options": api.QuantizeOptions}
 # C enum name -> (mirror, the prefix the mirror's member names drop).
 ENUMS = {"hopattn_status": (api.Status, ("HOPATTN_ERROR_", "HOPATTN_")),
          "hopattn_dtype": (api.DType, ("HOPATTN_DTYPE_",)),
-         "hopattn_backend": (api.Backend, ("HOPATTN_BACKEND_",))}
+         "hopattn_backend": (api.Backend, ("HOPATTN_BACKEND_",)),
+         "hopattn_fp8_scaling": (api.Fp8Scaling, ("HOPATTN_FP8_SCALE_",))}
 
 
 def header_text():
@@ -108,7 +110,8 @@ def test_header_is_parsed():
     assert structs["hopattn_forward_options"][0] == "struct_size"
     assert structs["hopattn_backward_options"][:2] == ["struct_size", "causal"]
     assert enums["hopattn_dtype"] == ["HOPATTN_DTYPE_FLOAT32", "HOPATTN_DTYPE_BFLOAT16",
-                                      "HOPATTN_DTYPE_FLOAT16"]
+                                      "HOPATTN_DTYPE_FLOAT16", "HOPATTN_DTYPE_FLOAT8_E4M3"]
+    assert structs["hopattn_quantize_options"][:3] == ["struct_size", "scaling", "block_rows"]
 
 
 def test_every_struct_and_enum_has_a_mirror():
@@ -167,6 +170,10 @@ class FakeLibrary:
     def hopattn_init_backward_options(cls, pointer, struct_size):
         return cls._init("backward_options", pointer, struct_size)
 
+    @classmethod
+    def hopattn_init_quantize_options(cls, pointer, struct_size):
+        return cls._init("quantize_options", pointer, struct_size)
+
     @staticmethod
     def hopattn_last_error():
         return b"struct_size is 1"
@@ -179,9 +186,12 @@ def test_struct_size_helpers_use_the_mirror_size(monkeypatch):
     assert api.default_varlen(FakeLibrary).struct_size == ctypes.sizeof(api.Varlen)
     assert api.default_backward_options(FakeLibrary).struct_size == ctypes.sizeof(
         api.BackwardOptions)
+    assert api.default_quantize_options(FakeLibrary).struct_size == ctypes.sizeof(
+        api.QuantizeOptions)
     assert FakeLibrary.sizes == {"options": ctypes.sizeof(api.ForwardOptions),
                                  "varlen": ctypes.sizeof(api.Varlen),
-                                 "backward_options": ctypes.sizeof(api.BackwardOptions)}
+                                 "backward_options": ctypes.sizeof(api.BackwardOptions),
+                                 "quantize_options": ctypes.sizeof(api.QuantizeOptions)}
 
 
 def test_struct_size_helpers_raise_when_the_library_refuses(monkeypatch):

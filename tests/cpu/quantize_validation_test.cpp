@@ -1,0 +1,304 @@
+// One test per rule of hopattn_quantize_fp8's validation (api/validate_quantize.cpp), with faked
+// system queries. x, out and scales point into memory mapped PROT_NONE: a validation that read or
+// wrote them would crash the test.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "api/abi.hpp"
+#include "api/validate.hpp"
+#include "core/error.hpp"
+
+namespace hopattn {
+namespace {
+
+constexpr int64_t kSlotBytes = 1 << 20;
+
+char* inaccessible_slots() {
+  static void* region =
+      mmap(nullptr, 3 * kSlotBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  EXPECT_NE(region, MAP_FAILED);
+  return static_cast<char*>(region);
+}
+
+hopattn_tensor contiguous(void* data, hopattn_dtype dtype, int64_t batch, int64_t seqlen,
+                          int64_t heads, int64_t head_dim) {
+  return {data,  dtype, batch, seqlen, heads, head_dim, seqlen * heads * head_dim,
+          heads * head_dim, head_dim};
+}
+
+class QuantizeValidation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char* slots = inaccessible_slots();
+    x = contiguous(slots, HOPATTN_DTYPE_BFLOAT16, 2, 300, 4, 64);
+    out = contiguous(slots + kSlotBytes, HOPATTN_DTYPE_FLOAT8_E4M3, 2, 300, 4, 64);
+    scales = reinterpret_cast<float*>(slots + 2 * kSlotBytes);
+    options = default_quantize_options();
+    spaces.clear();
+    sm90_built = sm90_device = false;
+  }
+
+  SystemQueries system() {
+    SystemQueries queries;
+    queries.memory_space_of = [this](const void* p) {
+      const auto found = spaces.find(p);
+      return found == spaces.end() ? MemorySpace::Host : found->second;
+    };
+    queries.sm90_built = [this] { return sm90_built; };
+    queries.sm90_device_available = [this] { return sm90_device; };
+    return queries;
+  }
+
+  hopattn_status validate(const hopattn_quantize_options* with = nullptr, bool null_options = false) {
+    clear_error();
+    return c_status(validate_quantize(&x, &out, scales, null_options ? nullptr : with ? with : &options,
+                                      system(), call));
+  }
+
+  void expect_rejected(hopattn_status status, const std::string& fragment) {
+    EXPECT_EQ(validate(), status) << last_error();
+    EXPECT_NE(std::string(last_error()).find(fragment), std::string::npos)
+        << "message \"" << last_error() << "\" lacks \"" << fragment << "\"";
+  }
+
+  hopattn_tensor x{}, out{};
+  float* scales = nullptr;
+  hopattn_quantize_options options{};
+  std::map<const void*, MemorySpace> spaces;
+  bool sm90_built = false, sm90_device = false;
+  QuantizeCall call;
+};
+
+TEST_F(QuantizeValidation, AcceptsTheDefaultsAndBuildsTheProblem) {
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  const QuantizeProblem& p = call.problem;
+  EXPECT_EQ(call.backend, HOPATTN_BACKEND_CPU);
+  EXPECT_EQ(p.dtype, DType::kBFloat16);
+  EXPECT_EQ(p.scaling, Fp8Scaling::kBlock);
+  EXPECT_EQ(p.block_rows, 128);
+  EXPECT_EQ(p.blocks_per_head(), 3);  // ceil(300 / 128)
+  EXPECT_EQ(p.scale_count(), 2 * 4 * 3);
+  EXPECT_TRUE(p.hadamard);
+  EXPECT_EQ(p.seed, 0u);
+  EXPECT_EQ(p.x_stride.seq, 4 * 64);
+  EXPECT_EQ(p.out, out.data);
+  EXPECT_EQ(p.scales, scales);
+}
+
+TEST_F(QuantizeValidation, NullOptionsTakeTheDefaults) {
+  ASSERT_EQ(validate(nullptr, true), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.scaling, Fp8Scaling::kBlock);
+  EXPECT_EQ(call.problem.block_rows, 128);
+  EXPECT_TRUE(call.problem.hadamard);
+}
+
+TEST_F(QuantizeValidation, TensorAndHeadScalingCoverWholeHeads) {
+  options.scaling = HOPATTN_FP8_SCALE_TENSOR;
+  options.block_rows = 0;  // read only for BLOCK
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.block_rows, 300);
+  EXPECT_EQ(call.problem.scale_count(), 1);
+  options.scaling = HOPATTN_FP8_SCALE_HEAD;
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.scale_count(), 8);
+}
+
+TEST_F(QuantizeValidation, RejectsStructSizesOfNoHeader) {
+  for (size_t size : {size_t{0}, size_t{8}, kQuantizeOptionsFirstSize - 1}) {
+    SCOPED_TRACE(size);
+    options.struct_size = size;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "options->struct_size is " + std::to_string(size) +
+                        "; it must be sizeof(hopattn_quantize_options)");
+  }
+}
+
+TEST_F(QuantizeValidation, ReadsOnlyStructSize) {
+  // A larger struct from a newer header: the known fields are read, the rest ignored.
+  struct Newer {
+    hopattn_quantize_options known;
+    int64_t later_field;
+  } newer{};
+  newer.known = default_quantize_options();
+  newer.known.struct_size = sizeof newer;
+  newer.known.scaling = HOPATTN_FP8_SCALE_HEAD;
+  newer.later_field = -1;
+  ASSERT_EQ(validate(&newer.known), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.scaling, Fp8Scaling::kHead);
+}
+
+TEST_F(QuantizeValidation, InitWritesTheDefaultsUpToStructSize) {
+  hopattn_quantize_options filled;
+  std::memset(&filled, 0xab, sizeof filled);
+  ASSERT_EQ(c_status(init_quantize_options(&filled, sizeof filled)), HOPATTN_OK);
+  const hopattn_quantize_options defaults = hopattn_default_quantize_options();
+  EXPECT_EQ(std::memcmp(&filled, &defaults, sizeof filled), 0);
+  EXPECT_EQ(filled.scaling, HOPATTN_FP8_SCALE_BLOCK);
+  EXPECT_EQ(filled.block_rows, 128);
+  EXPECT_EQ(filled.hadamard, 1);
+  EXPECT_EQ(filled.seed, 0u);
+  EXPECT_EQ(filled.backend, HOPATTN_BACKEND_AUTO);
+  EXPECT_EQ(c_status(init_quantize_options(nullptr, sizeof filled)),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(c_status(init_quantize_options(&filled, kQuantizeOptionsFirstSize - 1)),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_F(QuantizeValidation, ReadsEnumFieldsAsIntegers) {
+  for (int value : {-1, 3, 255}) {
+    SCOPED_TRACE(value);
+    SetUp();
+    std::memcpy(&options.scaling, &value, sizeof value);
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "options->scaling is " + std::to_string(value) +
+                        "; allowed: 0 (HOPATTN_FP8_SCALE_TENSOR), 1 (HOPATTN_FP8_SCALE_HEAD), 2 "
+                        "(HOPATTN_FP8_SCALE_BLOCK)");
+    SetUp();
+    std::memcpy(&options.backend, &value, sizeof value);
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "options->backend is " + std::to_string(value) + "; allowed: 0 (AUTO)");
+    SetUp();
+    const int dtype = value == 3 ? 4 : value;
+    std::memcpy(&out.dtype, &dtype, sizeof dtype);
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "out.dtype is " + std::to_string(dtype) + "; allowed: 0 (float32)");
+  }
+}
+
+TEST_F(QuantizeValidation, RejectsBlockRowsOfNoBlock) {
+  for (int64_t rows : {int64_t{0}, int64_t{-128}}) {
+    options.block_rows = rows;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "options->block_rows is " + std::to_string(rows) +
+                        "; with HOPATTN_FP8_SCALE_BLOCK it must be > 0");
+  }
+}
+
+TEST_F(QuantizeValidation, RejectsNullArguments) {
+  EXPECT_EQ(c_status(validate_quantize(&x, nullptr, scales, &options, system(), call)),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(last_error(), "out is NULL");
+  EXPECT_EQ(c_status(validate_quantize(nullptr, &out, scales, &options, system(), call)),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(last_error(), "x is NULL");
+  x.data = nullptr;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "x.data is NULL");
+  SetUp();
+  scales = nullptr;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "scales is NULL; it must point to batch * heads * ceil(seqlen / block_rows) "
+                  "(HOPATTN_FP8_SCALE_BLOCK) float32 values");
+  options.scaling = HOPATTN_FP8_SCALE_TENSOR;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "scales is NULL; it must point to 1");
+}
+
+TEST_F(QuantizeValidation, RejectsTheWrongDtypes) {
+  x.dtype = HOPATTN_DTYPE_FLOAT8_E4M3;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "x.dtype is float8_e4m3; hopattn_quantize_fp8 takes float32, bfloat16 or "
+                  "float16");
+  SetUp();
+  out.dtype = HOPATTN_DTYPE_BFLOAT16;
+  out.batch_stride *= 2, out.seq_stride *= 2, out.head_stride *= 2;  // 2-byte elements
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "out.dtype is bfloat16; hopattn_quantize_fp8 writes float8_e4m3 "
+                  "(HOPATTN_DTYPE_FLOAT8_E4M3)");
+  for (hopattn_dtype dtype : {HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_FLOAT16}) {
+    SetUp();
+    x.dtype = dtype;
+    EXPECT_EQ(validate(), HOPATTN_OK) << last_error();
+  }
+}
+
+TEST_F(QuantizeValidation, RejectsShapesThatDisagree) {
+  for (int64_t hopattn_tensor::*field :
+       {&hopattn_tensor::batch, &hopattn_tensor::seqlen, &hopattn_tensor::heads}) {
+    SetUp();
+    out.*field -= 1;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "but x is (2, 300, 4, 64); out must have x's shape");
+  }
+  SetUp();
+  out.head_dim = 32;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "out is (2, 300, 4, 32) but x is (2, 300, 4, 64); out must have x's shape");
+}
+
+TEST_F(QuantizeValidation, HadamardNeedsAPowerOfTwoHeadDim) {
+  x = contiguous(x.data, HOPATTN_DTYPE_BFLOAT16, 2, 300, 4, 96);
+  out = contiguous(out.data, HOPATTN_DTYPE_FLOAT8_E4M3, 2, 300, 4, 96);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "x.head_dim is 96 but options->hadamard is set; the Hadamard rotation needs a "
+                  "power-of-two head_dim");
+  options.hadamard = 0;
+  EXPECT_EQ(validate(), HOPATTN_OK) << last_error();
+}
+
+TEST_F(QuantizeValidation, RejectsAnOutputWhoseElementsShareAddresses) {
+  out.seq_stride = 10;  // rows overlap one another
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "out: out.seq_stride is 10 but must exceed");
+  SetUp();
+  x.seq_stride = 0;  // x may broadcast
+  x.batch_stride = 0;
+  EXPECT_EQ(validate(), HOPATTN_OK) << last_error();
+}
+
+TEST_F(QuantizeValidation, RejectsOverlaps) {
+  out.data = static_cast<char*>(x.data) + 64;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "out shares memory with x");
+  SetUp();
+  scales = reinterpret_cast<float*>(static_cast<char*>(out.data) + 1000);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "scales shares memory with out");
+  SetUp();
+  scales = reinterpret_cast<float*>(x.data);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "scales shares memory with x");
+  // Just past out's last byte: no overlap.
+  SetUp();
+  scales = reinterpret_cast<float*>(static_cast<char*>(out.data) + 2 * 300 * 4 * 64);
+  EXPECT_EQ(validate(), HOPATTN_OK) << last_error();
+}
+
+TEST_F(QuantizeValidation, RejectsMisalignedOrUnaddressableScales) {
+  scales = reinterpret_cast<float*>(static_cast<char*>(inaccessible_slots()) + 2 * kSlotBytes + 2);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "scales is not 4-byte aligned");
+  SetUp();
+  scales = reinterpret_cast<float*>(UINTPTR_MAX - 15);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "scales: batch * heads * ceil(seqlen / block_rows) (HOPATTN_FP8_SCALE_BLOCK) "
+                  "float32 values do not fit in the address space");
+}
+
+TEST_F(QuantizeValidation, TensorRulesNameTheArgument) {
+  out.head_stride = -1;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "out.head_stride is -1; strides must be >= 0");
+  SetUp();
+  x.seqlen = 0;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "x.seqlen is 0; it must be > 0");
+}
+
+TEST_F(QuantizeValidation, TheSm90BackendHasNoQuantisationYet) {
+  spaces = {{x.data, MemorySpace::Device},
+            {out.data, MemorySpace::Device},
+            {scales, MemorySpace::Device}};
+  expect_rejected(HOPATTN_ERROR_BACKEND_UNAVAILABLE, "the SM90 backend is not in this build");
+  sm90_built = sm90_device = true;
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
+                  "the sm90 backend has no FP8 quantisation yet; use the CPU backend");
+  options.backend = HOPATTN_BACKEND_SM90;
+  expect_rejected(HOPATTN_ERROR_UNSUPPORTED, "the sm90 backend has no FP8 quantisation yet");
+}
+
+TEST_F(QuantizeValidation, RejectsMemorySpaceMixUps) {
+  spaces = {{scales, MemorySpace::Device}};
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "backend AUTO: scales is device memory but x.data is host memory");
+  options.backend = HOPATTN_BACKEND_CPU;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "scales is device memory; the CPU backend needs host memory");
+}
+
+}  // namespace
+}  // namespace hopattn
