@@ -2,7 +2,8 @@
 // descriptors, mostly a coherent small problem with a few fields replaced by adversarial values
 // (sizes, strides, dtypes, enums, scales, struct sizes, misaligned or shared buffers), and are
 // passed to hopattn_forward, hopattn_forward_varlen and hopattn_forward_workspace_size with the
-// CPU and AUTO backends, and then to hopattn_backward / hopattn_backward_varlen. Built with -fsanitize=fuzzer,address,undefined: any crash, memory
+// CPU and AUTO backends, then to hopattn_backward / hopattn_backward_varlen, and q to
+// hopattn_quantize_fp8. Built with -fsanitize=fuzzer,address,undefined: any crash, memory
 // error or undefined behaviour is a finding. Beyond that it checks what the ABI promises about
 // every call: a known status, and an error message exactly when the status is not OK.
 //
@@ -89,7 +90,9 @@ struct Shape {
   int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
 };
 
-int64_t element_size(int dtype) { return dtype == HOPATTN_DTYPE_FLOAT32 ? 4 : 2; }
+int64_t element_size(int dtype) {
+  return dtype == HOPATTN_DTYPE_FLOAT32 ? 4 : (dtype == HOPATTN_DTYPE_FLOAT8_E4M3 ? 1 : 2);
+}
 
 // One tensor's descriptor plus where its data lives: `buffer` (0..3, tensors may share one, as a
 // packed QKV does) at byte `offset` (which may misalign it).
@@ -121,7 +124,7 @@ int64_t extent_bytes(const hopattn_tensor& t, bool* well_formed) {
   *well_formed = false;
   int32_t dtype;  // read as an integer: the field may hold a value that is no hopattn_dtype
   std::memcpy(&dtype, &t.dtype, sizeof dtype);
-  if (dtype < 0 || dtype > 2) return -1;
+  if (dtype < 0 || dtype > 3) return -1;
   const int64_t sizes[] = {t.batch, t.seqlen, t.heads, t.head_dim};
   const int64_t strides[] = {t.batch_stride, t.seq_stride, t.head_stride, 1};
   for (int i = 0; i < 4; ++i)
@@ -381,5 +384,46 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   else
     check_and_count("backward", hopattn_backward(&plans[0].t, &plans[1].t, &plans[2].t, &plans[3].t, &d_o,
                                                  lse, &grads[0], &grads[1], &grads[2], backward_opts));
+
+  // q quantised to e4m3: an output of q's shape (dense, one byte per element, sometimes with q's
+  // descriptor as it is, dtype included), the scales array its mode asks for, the options sane
+  // or adversarial.
+  hopattn_quantize_options quantize_options = hopattn_default_quantize_options();
+  quantize_options.scaling = static_cast<hopattn_fp8_scaling>(in.ConsumeIntegralInRange(0, 2));
+  if (in.ConsumeIntegralInRange(0, 15) == 0)
+    quantize_options.scaling = static_cast<hopattn_fp8_scaling>(in.ConsumeIntegral<int32_t>());
+  quantize_options.block_rows = in.ConsumeBool() ? 128 : in.ConsumeIntegralInRange<int64_t>(1, 48);
+  if (in.ConsumeIntegralInRange(0, 15) == 0) quantize_options.block_rows = adversarial_int64(in);
+  quantize_options.hadamard = in.ConsumeBool();
+  quantize_options.seed = in.ConsumeIntegral<uint64_t>();
+  std::memcpy(&quantize_options.backend, &options.backend, sizeof options.backend);
+  if (in.ConsumeIntegralInRange(0, 15) == 0)
+    quantize_options.struct_size = in.ConsumeIntegralInRange<size_t>(0, sizeof quantize_options);
+  // A well-formed q has b * h * seqlen * head_dim within the work bound, so its dense strides fit;
+  // a malformed one keeps its own (the call must refuse it).
+  bool q_well_formed = false;
+  extent_bytes(q, &q_well_formed);
+  hopattn_tensor quantized = q;
+  quantized.dtype = HOPATTN_DTYPE_FLOAT8_E4M3;
+  if (q_well_formed && in.ConsumeIntegralInRange(0, 15) != 0) dense_strides(quantized, 0);
+  bool well_formed = false;
+  const int64_t quantized_elements = extent_bytes(quantized, &well_formed);  // 1 byte each
+  if (!well_formed || quantized_elements < 0) {
+    count("skipped: quantize, descriptor beyond the harness's buffers");
+    return 0;
+  }
+  quantized.data = memory.take(quantized_elements, 0, in);
+  // Exactly the scales the mode asks for (q's sizes are bounded by the work check above), so that
+  // a write past them is caught; one float when the options are invalid and must be refused.
+  const hopattn_quantize_options read = null_options ? hopattn_default_quantize_options() : quantize_options;
+  int32_t scaling;
+  std::memcpy(&scaling, &read.scaling, sizeof scaling);
+  int64_t scale_count = 1;
+  if (q_well_formed && scaling == HOPATTN_FP8_SCALE_HEAD) scale_count = q.batch * q.heads;
+  if (q_well_formed && scaling == HOPATTN_FP8_SCALE_BLOCK && read.block_rows > 0)
+    scale_count = q.batch * q.heads * ((q.seqlen - 1) / read.block_rows + 1);
+  float* scales = reinterpret_cast<float*>(memory.take(std::max<int64_t>(scale_count, 1) * 4, 0, in));
+  check_and_count("quantize_fp8", hopattn_quantize_fp8(&q, &quantized, scales,
+                                                       null_options ? nullptr : &quantize_options));
   return 0;
 }
