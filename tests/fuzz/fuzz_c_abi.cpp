@@ -399,13 +399,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(&quantize_options.backend, &options.backend, sizeof options.backend);
   if (in.ConsumeIntegralInRange(0, 15) == 0)
     quantize_options.struct_size = in.ConsumeIntegralInRange<size_t>(0, sizeof quantize_options);
-  // A well-formed q has b * h * seqlen * head_dim within the work bound, so its dense strides fit;
-  // a malformed one keeps its own (the call must refuse it).
+  // Dense strides only for a q whose element count fits the harness's buffers (a well-formed q may
+  // still be a broadcast view of 2^62 rows); any other q keeps its own strides (and the call may
+  // well refuse it).
   bool q_well_formed = false;
   extent_bytes(q, &q_well_formed);
+  int64_t q_elements = 1;
+  bool q_fits = q_well_formed;
+  for (int64_t size : {q.batch, q.seqlen, q.heads, q.head_dim})
+    q_fits = q_fits && !__builtin_mul_overflow(q_elements, size, &q_elements) && q_elements <= kMaxBytes;
   hopattn_tensor quantized = q;
   quantized.dtype = HOPATTN_DTYPE_FLOAT8_E4M3;
-  if (q_well_formed && in.ConsumeIntegralInRange(0, 15) != 0) dense_strides(quantized, 0);
+  if (q_fits && in.ConsumeIntegralInRange(0, 15) != 0) dense_strides(quantized, 0);
   bool well_formed = false;
   const int64_t quantized_elements = extent_bytes(quantized, &well_formed);  // 1 byte each
   if (!well_formed || quantized_elements < 0) {
@@ -413,14 +418,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   quantized.data = memory.take(quantized_elements, 0, in);
-  // Exactly the scales the mode asks for (q's sizes are bounded by the work check above), so that
-  // a write past them is caught; one float when the options are invalid and must be refused.
+  // Exactly the scales the mode asks for, so that a write past them is caught; one float when the
+  // options or q are invalid and must be refused.
   const hopattn_quantize_options read = null_options ? hopattn_default_quantize_options() : quantize_options;
   int32_t scaling;
   std::memcpy(&scaling, &read.scaling, sizeof scaling);
   int64_t scale_count = 1;
-  if (q_well_formed && scaling == HOPATTN_FP8_SCALE_HEAD) scale_count = q.batch * q.heads;
-  if (q_well_formed && scaling == HOPATTN_FP8_SCALE_BLOCK && read.block_rows > 0)
+  if (q_fits && scaling == HOPATTN_FP8_SCALE_HEAD) scale_count = q.batch * q.heads;
+  if (q_fits && scaling == HOPATTN_FP8_SCALE_BLOCK && read.block_rows > 0)
     scale_count = q.batch * q.heads * ((q.seqlen - 1) / read.block_rows + 1);
   float* scales = reinterpret_cast<float*>(memory.take(std::max<int64_t>(scale_count, 1) * 4, 0, in));
   check_and_count("quantize_fp8", hopattn_quantize_fp8(&q, &quantized, scales,
