@@ -86,7 +86,8 @@ struct QuantizeProblem {
   uint64_t seed = 0;
   void* cuda_stream = nullptr;
 
-  int64_t blocks_per_head() const { return (seqlen + block_rows - 1) / block_rows; }
+  // ceil(seqlen / block_rows), written so that no block_rows up to INT64_MAX overflows.
+  int64_t blocks_per_head() const { return seqlen <= 0 ? 0 : (seqlen - 1) / block_rows + 1; }
   int64_t scale_count() const {
     return scaling == Fp8Scaling::kTensor ? 1
            : scaling == Fp8Scaling::kHead ? batch * heads

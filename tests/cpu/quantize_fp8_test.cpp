@@ -53,7 +53,7 @@ struct Quantized {
                                    h * out_view.head_stride + i)];
   }
   int64_t blocks() const {
-    return options.scaling == HOPATTN_FP8_SCALE_BLOCK ? (seqlen + options.block_rows - 1) / options.block_rows : 1;
+    return options.scaling == HOPATTN_FP8_SCALE_BLOCK ? (seqlen - 1) / options.block_rows + 1 : 1;
   }
   size_t scale_count() const {
     return options.scaling == HOPATTN_FP8_SCALE_TENSOR ? 1 : static_cast<size_t>(batch * heads * blocks());
@@ -161,6 +161,22 @@ TEST(QuantizeFp8, OneLargeValueChangesOnlyItsBlocksScale) {
     EXPECT_EQ(base.scales.size(), mode == HOPATTN_FP8_SCALE_TENSOR ? 1u
                                   : mode == HOPATTN_FP8_SCALE_HEAD ? 6u
                                                                    : 18u);
+  }
+}
+
+// block_rows up to INT64_MAX is one block per head, the same scales as HOPATTN_FP8_SCALE_HEAD
+// (the fuzzer's finding: ceil(seqlen / block_rows) computed as (seqlen + block_rows - 1) / ...
+// overflowed).
+TEST(QuantizeFp8, BlocksLongerThanTheSequenceAreOnePerHead) {
+  Quantized per_head;
+  per_head.options.scaling = HOPATTN_FP8_SCALE_HEAD;
+  per_head.run();
+  for (const int64_t block_rows : {int64_t{300}, int64_t{301}, std::numeric_limits<int64_t>::max()}) {
+    Quantized q;
+    q.options.block_rows = block_rows;
+    q.run();
+    EXPECT_EQ(q.scales, per_head.scales) << block_rows;
+    EXPECT_EQ(q.out, per_head.out) << block_rows;
   }
 }
 
