@@ -110,6 +110,15 @@ Status check_varlen_arguments(const hopattn_varlen& varlen) {
   return Status::kOk;
 }
 
+Status check_varlen_memory_space(const hopattn_varlen& varlen, hopattn_backend backend,
+                                 const SystemQueries& system) {
+  return check_memory_space(backend,
+                            {{varlen.cu_seqlens_q, "varlen->cu_seqlens_q"},
+                             {varlen.cu_seqlens_k, "varlen->cu_seqlens_k"},
+                             {varlen.seqused_k, "varlen->seqused_k"}},
+                            system);
+}
+
 Status check_varlen_metadata(const hopattn_varlen& varlen, int64_t total_q, int64_t total_k) {
   if (Status s = check_prefix_sums(varlen.cu_seqlens_q, varlen.batch, "varlen->cu_seqlens_q",
                                    "queries", "varlen->max_seqlen_q", varlen.max_seqlen_q,

@@ -64,6 +64,11 @@ Status check_lse(const hopattn_tensor& q, const float* lse);
 // What can be checked of varlen without reading its arrays.
 Status check_varlen_arguments(const hopattn_varlen& varlen);
 
+// The metadata arrays in the memory space of the backend the tensors chose (AUTO decides by the
+// tensors), where that backend reads them.
+Status check_varlen_memory_space(const hopattn_varlen& varlen, hopattn_backend backend,
+                                 const SystemQueries& system);
+
 // The CPU backend reads the metadata itself (host memory), so it can be checked in full:
 // prefix sums from 0, non-decreasing, lengths <= max_seqlen, ending at the tensors' rows;
 // 0 <= seqused_k[b] <= the key length.

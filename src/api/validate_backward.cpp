@@ -178,14 +178,7 @@ Status validate(const Arguments& a, const hopattn_varlen* varlen_or_null, bool i
     return s;
   }
   if (is_varlen) {
-    if (Status s = check_memory_space(call.backend,
-                                      {{varlen.cu_seqlens_q, "varlen->cu_seqlens_q"},
-                                       {varlen.cu_seqlens_k, "varlen->cu_seqlens_k"},
-                                       {varlen.seqused_k, "varlen->seqused_k"}},
-                                      system);
-        s != Status::kOk) {
-      return s;
-    }
+    if (Status s = check_varlen_memory_space(varlen, call.backend, system); s != Status::kOk) return s;
   }
   if (Status s =
           check_backend_supports_backward(call.backend, dtype_of(a.q->dtype), a.q->head_dim, system);

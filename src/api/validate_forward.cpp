@@ -138,15 +138,7 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
     return s;
   }
   if (is_varlen) {
-    // AUTO decided by the tensors; the metadata must then be where that backend reads it.
-    if (Status s = check_memory_space(call.backend,
-                                      {{varlen.cu_seqlens_q, "varlen->cu_seqlens_q"},
-                                       {varlen.cu_seqlens_k, "varlen->cu_seqlens_k"},
-                                       {varlen.seqused_k, "varlen->seqused_k"}},
-                                      system);
-        s != Status::kOk) {
-      return s;
-    }
+    if (Status s = check_varlen_memory_space(varlen, call.backend, system); s != Status::kOk) return s;
   }
   if (Status s = check_backend_supports(call.backend, dtype_of(q->dtype), q->head_dim, system);
       s != Status::kOk) {

@@ -15,16 +15,22 @@ bool device_available() { return false; }
 
 size_t forward_workspace_size(const ForwardProblem&) { return 0; }
 
-Status forward(const ForwardProblem&) {
+namespace {
+
+Status not_built() {
   return set_error(Status::kBackendUnavailable,
                    "the SM90 backend is not in this build: it was configured without CUDA "
                    "(HOPATTN_ENABLE_CUDA=OFF or no CUDA compiler found)");
 }
 
+}  // namespace
+
+Status forward(const ForwardProblem&) { return not_built(); }
+
 bool supports_backward(DType, int64_t) { return false; }
 
 size_t backward_workspace_size(const BackwardProblem&) { return 0; }
 
-Status backward(const BackwardProblem&) { return forward(ForwardProblem{}); }
+Status backward(const BackwardProblem&) { return not_built(); }
 
 }  // namespace hopattn::sm90
