@@ -37,8 +37,8 @@ typedef enum hopattn_dtype {
   HOPATTN_DTYPE_BFLOAT16 = 1,
   HOPATTN_DTYPE_FLOAT16 = 2,
   /* OCP float8 e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; finite max 448, no
-   * infinity, NaN 0x7f / 0xff. Only hopattn_quantize_fp8 writes it; no operation reads it yet
-   * (hopattn_forward and hopattn_backward refuse it). */
+   * infinity, NaN 0x7f / 0xff. hopattn_quantize_fp8 writes it and hopattn_forward_fp8 reads it;
+   * hopattn_forward and hopattn_backward refuse it. */
   HOPATTN_DTYPE_FLOAT8_E4M3 = 3
 } hopattn_dtype;
 
@@ -256,7 +256,7 @@ HOPATTN_API hopattn_status hopattn_backward_workspace_size(const hopattn_tensor*
                                                            size_t* bytes);
 
 /*
- * FP8 quantisation (the FP8 attention kernel that will read it is not built yet).
+ * FP8: quantisation (hopattn_quantize_fp8) and attention on its output (hopattn_forward_fp8).
  * How many values share one scale, and the layout of the float32 scales array.
  */
 typedef enum hopattn_fp8_scaling {
@@ -314,12 +314,56 @@ HOPATTN_API hopattn_status hopattn_init_quantize_options(hopattn_quantize_option
  * Non-finite values: a block holding a NaN or an infinity (after the rotation, which spreads one
  * to its whole head_dim vector) gets scale NaN if it holds a NaN, else +inf, and every element of
  * the block is e4m3 NaN (0x7f): every element dequantises to NaN, none to a wrong finite value.
- * NULL options takes the defaults (block scales of 128 rows, rotation on, seed 0). The SM90
- * backend has no FP8 quantisation yet (HOPATTN_ERROR_UNSUPPORTED); the CPU backend has it.
+ * NULL options takes the defaults (block scales of 128 rows, rotation on, seed 0). Both
+ * backends write the same codes and scales bit for bit; on the SM90 backend the call is
+ * asynchronous on options->cuda_stream.
  */
 HOPATTN_API hopattn_status hopattn_quantize_fp8(const hopattn_tensor* x, hopattn_tensor* out,
                                                 float* scales,
                                                 const hopattn_quantize_options* options);
+
+/*
+ * The scales of one e4m3 tensor, in the layout hopattn_quantize_fp8 writes for `scaling` (and
+ * `block_rows` for HOPATTN_FP8_SCALE_BLOCK): element (b, row, h, i) stands for
+ * e4m3(code) * scale(b, h, row). A fixed value type, like hopattn_tensor.
+ */
+typedef struct hopattn_fp8_scales {
+  const float* data;
+  hopattn_fp8_scaling scaling;
+  int64_t block_rows; /* HOPATTN_FP8_SCALE_BLOCK only: rows per scale, > 0 */
+} hopattn_fp8_scales;
+
+/*
+ * Attention on FP8 inputs: O = softmax(Q K^T * scale) V with Q, K and V the dequantised
+ * e4m3 tensors (code * scale), as hopattn_quantize_fp8 leaves them. Q and K quantised with the
+ * Hadamard rotation and one seed keep Q K^T, so `scale` is that of the unrotated inputs;
+ * V must not be rotated.
+ *   q, k, v: HOPATTN_DTYPE_FLOAT8_E4M3, shapes as in hopattn_forward
+ *   q_scales, k_scales, v_scales: each tensor's scales (above), never NULL
+ *   o: bfloat16 or float16, q's shape: the output type; lse as in hopattn_forward
+ * Scales are used as given: a NaN or infinite scale (hopattn_quantize_fp8 writes them for blocks
+ * that hold NaN or inf) makes NaN in the rows that see its block; the CPU backend refuses a zero
+ * or negative scale, the SM90 backend (which cannot read the scales without a device sync) turns
+ * one into NaN in the same rows. The SM90 kernel takes Q scales of any layout, K scales per
+ * tensor, per head or per block of a multiple of 128 rows, and V scales per tensor or per head;
+ * P is rounded to e4m3 for the P V product, as in FlashAttention-3 and cuDNN. The CPU backend
+ * takes every layout and computes in float32 from the dequantised inputs. options as in
+ * hopattn_forward (its workspace sized by hopattn_forward_fp8_workspace_size).
+ */
+HOPATTN_API hopattn_status hopattn_forward_fp8(const hopattn_tensor* q,
+                                               const hopattn_fp8_scales* q_scales,
+                                               const hopattn_tensor* k,
+                                               const hopattn_fp8_scales* k_scales,
+                                               const hopattn_tensor* v,
+                                               const hopattn_fp8_scales* v_scales,
+                                               hopattn_tensor* o, float* lse,
+                                               const hopattn_forward_options* options);
+
+/* The workspace hopattn_forward_fp8(q, ..., k, ..., v, ..., o, lse, options) needs, in *bytes;
+ * o_dtype is the dtype its o will have. */
+HOPATTN_API hopattn_status hopattn_forward_fp8_workspace_size(
+    const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+    hopattn_dtype o_dtype, const hopattn_forward_options* options, size_t* bytes);
 
 /* The message of the last failed call on this thread ("" after a success). */
 HOPATTN_API const char* hopattn_last_error(void);

@@ -95,6 +95,31 @@ struct QuantizeProblem {
   }
 };
 
+// The scales of one e4m3 tensor of `heads` heads (hopattn_fp8_scales): element (b, row, h, i) of
+// the tensor stands for e4m3(code) * data[index(b, h, row)]. `row` counts the tensor's rows (for
+// a packed varlen tensor, rows of the one batch entry), the layout hopattn_quantize_fp8 writes.
+struct Fp8Scales {
+  const float* data = nullptr;
+  Fp8Scaling scaling = Fp8Scaling::kTensor;
+  int64_t block_rows = 0;       // kBlock: rows per scale
+  int64_t heads = 0;            // of the tensor
+  int64_t blocks_per_head = 0;  // kBlock: ceil(rows / block_rows); 1 otherwise
+
+  // The one definition of a scale's address, read by both backends and the tests.
+  HOPATTN_HOST_DEVICE int64_t index(int64_t b, int64_t head, int64_t row) const {
+    if (scaling == Fp8Scaling::kTensor) return 0;
+    const int64_t head_index = b * heads + head;
+    return scaling == Fp8Scaling::kHead ? head_index : head_index * blocks_per_head + row / block_rows;
+  }
+};
+
+// Attention on e4m3 inputs (hopattn_forward_fp8): q, k and v of the ForwardProblem hold e4m3
+// codes, dequantised by their scales; `dtype` is o's (bfloat16 or float16), and the problem's
+// softmax_scale that of the dequantised (and, for q and k, possibly rotated) inputs.
+struct Fp8ForwardProblem : ForwardProblem {
+  Fp8Scales q_scales, k_scales, v_scales;
+};
+
 // FLOPs of the two matrix products of one sequence of one head, counting only unmasked scores.
 double sequence_forward_flops(bool causal, int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim);
 

@@ -29,4 +29,9 @@ Status backward(const BackwardProblem& problem);
 // (batch, head); deterministic. Needs no workspace beyond one float32 amax per scale block.
 Status quantize_fp8(const QuantizeProblem& problem);
 
+// FP8 attention (hopattn_forward_fp8) of a validated problem: q, k and v dequantised to float32
+// (code * scale) and run through forward()'s algorithm; any head_dim up to kMaxHeadDim, any scale
+// layout; no rounding of P (the SM90 kernel's one difference in numerics).
+Status forward_fp8(const Fp8ForwardProblem& problem);
+
 }  // namespace hopattn::cpu

@@ -31,4 +31,17 @@ size_t backward_workspace_size(const BackwardProblem& problem);
 // As forward(): a validated problem, run on problem.cuda_stream.
 Status backward(const BackwardProblem& problem);
 
+// FP8 attention (hopattn_forward_fp8): the head_dims of the FP8 kernels for output dtype
+// `out_dtype`, from the generated table, and the rules of sm90_rules.cpp on the scales.
+bool supports_fp8(DType out_dtype, int64_t head_dim);
+// "bfloat16 with head_dim 64/128/256; float16 with ..." or "nothing": for messages.
+std::string fp8_supported_list();
+size_t forward_fp8_workspace_size(const Fp8ForwardProblem& problem);
+// As forward(): a validated problem, run on problem.cuda_stream.
+Status forward_fp8(const Fp8ForwardProblem& problem);
+
+// FP8 quantisation on the GPU, bit for bit the CPU backend's codes and scales; asynchronous on
+// problem.cuda_stream (its workspace, one float per scale, allocated stream-ordered).
+Status quantize_fp8(const QuantizeProblem& problem);
+
 }  // namespace hopattn::sm90

@@ -1,0 +1,1 @@
+// FP8 forward GPU tests: written next.

@@ -1,0 +1,1 @@
+// FP8 GPU quantisation tests: written next.
