@@ -9,6 +9,8 @@
 //   hopattn::BackwardOptions grad_options;
 //   grad_options.causal = true;
 //   hopattn::backward(q, k, v, o, d_o, lse, dq, dk, dv, grad_options);
+//   hopattn::quantize_fp8(x, x8, x_scales);  // defaults: block scales of 128 rows, rotated
+//   hopattn::forward_fp8(q8, hopattn::Fp8ScalesView::block(q_scales), k8, ..., o);
 #pragma once
 
 #include <cstddef>
@@ -147,6 +149,27 @@ struct QuantizeOptions {
   }
 };
 
+// The scales of one e4m3 tensor (hopattn_fp8_scales): a view of the caller's float32 values in
+// the layout hopattn_quantize_fp8 writes for `scaling` (and `block_rows`), in the backend's
+// memory space. For hopattn::forward_fp8.
+struct Fp8ScalesView {
+  const float* data = nullptr;
+  hopattn_fp8_scaling scaling = HOPATTN_FP8_SCALE_BLOCK;
+  int64_t block_rows = 128;  // HOPATTN_FP8_SCALE_BLOCK: rows per scale
+
+  static Fp8ScalesView tensor(const float* data) { return {data, HOPATTN_FP8_SCALE_TENSOR, 0}; }
+  static Fp8ScalesView head(const float* data) { return {data, HOPATTN_FP8_SCALE_HEAD, 0}; }
+  static Fp8ScalesView block(const float* data, int64_t block_rows = 128) {
+    return {data, HOPATTN_FP8_SCALE_BLOCK, block_rows};
+  }
+  // The layout quantize_fp8(x, out, data, options) writes.
+  static Fp8ScalesView of(const float* data, const QuantizeOptions& options) {
+    return {data, options.scaling, options.block_rows};
+  }
+
+  hopattn_fp8_scales to_c() const { return {data, scaling, block_rows}; }
+};
+
 // A variable-length batch (hopattn_varlen): int32 prefix sums in the backend's memory space.
 struct Varlen {
   int64_t batch = 0;
@@ -245,6 +268,29 @@ inline void quantize_fp8(const Tensor& x, const MutableTensor& out, float* scale
   const hopattn_quantize_options c_options = options.to_c();
   hopattn_tensor c_out = out.raw;
   check(hopattn_quantize_fp8(&x.raw, &c_out, scales, &c_options));
+}
+
+// Attention on e4m3 tensors (hopattn_forward_fp8): q, k and v hold the codes quantize_fp8 wrote
+// (q and k rotated with one seed, or neither; v not rotated), each with its scales; o is bfloat16
+// or float16, lse as in forward.
+inline void forward_fp8(const Tensor& q, const Fp8ScalesView& q_scales, const Tensor& k,
+                        const Fp8ScalesView& k_scales, const Tensor& v,
+                        const Fp8ScalesView& v_scales, const MutableTensor& o,
+                        float* lse = nullptr, const ForwardOptions& options = {}) {
+  const hopattn_forward_options c_options = options.to_c();
+  const hopattn_fp8_scales c_q = q_scales.to_c(), c_k = k_scales.to_c(), c_v = v_scales.to_c();
+  hopattn_tensor c_o = o.raw;
+  check(hopattn_forward_fp8(&q.raw, &c_q, &k.raw, &c_k, &v.raw, &c_v, &c_o, lse, &c_options));
+}
+
+// Bytes of workspace forward_fp8 would need with an output of o_dtype.
+inline size_t forward_fp8_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         hopattn_dtype o_dtype,
+                                         const ForwardOptions& options = {}) {
+  const hopattn_forward_options c_options = options.to_c();
+  size_t bytes = 0;
+  check(hopattn_forward_fp8_workspace_size(&q.raw, &k.raw, &v.raw, o_dtype, &c_options, &bytes));
+  return bytes;
 }
 
 inline std::string version() { return hopattn_version(); }

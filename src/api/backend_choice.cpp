@@ -116,4 +116,19 @@ Status check_backend_supports_backward(hopattn_backend backend, DType dtype, int
   return Status::kOk;
 }
 
+Status check_backend_supports_fp8(hopattn_backend backend, DType out_dtype, int64_t head_dim,
+                                  const SystemQueries& system) {
+  if (backend == HOPATTN_BACKEND_CPU) {
+    return check_backend_supports(backend, out_dtype, head_dim, system);
+  }
+  if (!system.sm90_supports_fp8(out_dtype, head_dim)) {
+    return fail(Status::kUnsupported, "output dtype ", dtype_name(out_dtype), " with head_dim ",
+                head_dim, " is not supported by the SM90 backend's FP8 forward (it supports ",
+                system.sm90_fp8_supported_list(),
+                "; the CPU backend supports bfloat16 and float16 outputs with head_dim 1 to ",
+                cpu::kMaxHeadDim, ")");
+  }
+  return Status::kOk;
+}
+
 }  // namespace hopattn

@@ -37,6 +37,11 @@ Status check_backend_supports(hopattn_backend backend, DType dtype, int64_t head
 Status check_backend_supports_backward(hopattn_backend backend, DType dtype, int64_t head_dim,
                                        const SystemQueries& system);
 
+// The same for hopattn_forward_fp8, by the output dtype (bfloat16 or float16): the CPU takes the
+// head_dims of its forward; SM90 the FP8 kernels' list.
+Status check_backend_supports_fp8(hopattn_backend backend, DType out_dtype, int64_t head_dim,
+                                  const SystemQueries& system);
+
 // The CPU backend's bound on the work of one call, in multiply-adds of Q K^T: the sum over
 // sequences of heads_q * seqlen_q * seqlen_k * head_dim (the mask not subtracted). Zero-stride
 // (broadcast) inputs let a few bytes describe 2^40 or 2^63 keys, which the backend would run for

@@ -110,6 +110,26 @@ HOPATTN_API hopattn_status hopattn_quantize_fp8(const hopattn_tensor* x, hopattn
   return guarded([&] { return hopattn::quantize_fp8(x, out, scales, options); });
 }
 
+HOPATTN_API hopattn_status hopattn_forward_fp8(const hopattn_tensor* q,
+                                               const hopattn_fp8_scales* q_scales,
+                                               const hopattn_tensor* k,
+                                               const hopattn_fp8_scales* k_scales,
+                                               const hopattn_tensor* v,
+                                               const hopattn_fp8_scales* v_scales,
+                                               hopattn_tensor* o, float* lse,
+                                               const hopattn_forward_options* options) {
+  return guarded([&] {
+    return hopattn::forward_fp8(q, q_scales, k, k_scales, v, v_scales, o, lse, options);
+  });
+}
+
+HOPATTN_API hopattn_status hopattn_forward_fp8_workspace_size(
+    const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+    hopattn_dtype o_dtype, const hopattn_forward_options* options, size_t* bytes) {
+  return guarded(
+      [&] { return hopattn::forward_fp8_workspace_size(q, k, v, o_dtype, options, bytes); });
+}
+
 HOPATTN_API const char* hopattn_last_error(void) { return hopattn::last_error(); }
 
 HOPATTN_API const char* hopattn_status_name(hopattn_status status) {

@@ -174,6 +174,52 @@ int64_t call_work(const hopattn_tensor& q, const hopattn_tensor& k, const hopatt
   return __builtin_mul_overflow(scores, per_score, &work) ? -1 : work;
 }
 
+Status check_fp8_scaling(int scaling, int64_t block_rows, const std::string& owner) {
+  if (scaling != HOPATTN_FP8_SCALE_TENSOR && scaling != HOPATTN_FP8_SCALE_HEAD &&
+      scaling != HOPATTN_FP8_SCALE_BLOCK) {
+    return invalid(owner, "->scaling is ", scaling,
+                   "; allowed: 0 (HOPATTN_FP8_SCALE_TENSOR), 1 (HOPATTN_FP8_SCALE_HEAD), "
+                   "2 (HOPATTN_FP8_SCALE_BLOCK)");
+  }
+  if (scaling == HOPATTN_FP8_SCALE_BLOCK && block_rows <= 0) {
+    return invalid(owner, "->block_rows is ", block_rows,
+                   "; with HOPATTN_FP8_SCALE_BLOCK it must be > 0 (rows per scale; the FP8 "
+                   "kernel's tile is 128)");
+  }
+  return Status::kOk;
+}
+
+Status check_fp8_scales_array(const float* data, const hopattn_tensor& t, int scaling,
+                              int64_t block_rows, const Fp8ScalesNames& names, int64_t& count) {
+  const std::string& of = names.of;
+  const std::string layout =
+      scaling == HOPATTN_FP8_SCALE_TENSOR ? "1 (HOPATTN_FP8_SCALE_TENSOR)"
+      : scaling == HOPATTN_FP8_SCALE_HEAD
+          ? of + "batch * " + of + "heads (HOPATTN_FP8_SCALE_HEAD)"
+          : of + "batch * " + of + "heads * ceil(" + of + "seqlen / " + names.block_rows +
+                ") (HOPATTN_FP8_SCALE_BLOCK)";
+  if (data == nullptr) {
+    return invalid(names.data, " is NULL; it must point to ", layout, " float32 values");
+  }
+  if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
+    return invalid(names.data, " is not 4-byte aligned; it must point to float32 values");
+  }
+  count = 1;
+  // ceil(seqlen / block_rows) without overflow for any block_rows (QuantizeProblem's formula).
+  const int64_t blocks = scaling == HOPATTN_FP8_SCALE_BLOCK ? (t.seqlen - 1) / block_rows + 1 : 1;
+  int64_t bytes = 0;
+  if (scaling != HOPATTN_FP8_SCALE_TENSOR &&
+      (__builtin_mul_overflow(t.batch, t.heads, &count) ||
+       __builtin_mul_overflow(count, blocks, &count))) {
+    count = -1;
+  }
+  if (count < 0 || __builtin_mul_overflow(count, static_cast<int64_t>(sizeof(float)), &bytes) ||
+      runs_past_address_space(data, bytes)) {
+    return invalid(names.data, ": ", layout, " float32 values do not fit in the address space");
+  }
+  return Status::kOk;
+}
+
 Status check_workspace(const void* workspace, size_t workspace_bytes, hopattn_backend backend,
                        size_t needed, const char* size_function, const SystemQueries& system) {
   if (workspace_bytes < needed) {

@@ -1,7 +1,8 @@
-// Rules shared by the calls of every operation (forward, backward) that are not about one tensor:
-// the growable structs and their hopattn_init_*, the options every operation has (backend, scale),
-// the varlen metadata, the CPU backend's work count and the caller's workspace. Each operation's
-// own rules (validate_forward.cpp, validate_backward.cpp) call these with its argument names.
+// Rules shared by the calls of every operation (forward, backward, FP8) that are not about one
+// tensor: the growable structs and their hopattn_init_*, the options every operation has (backend,
+// scale), the varlen metadata, the CPU backend's work count, the FP8 scale arrays and the caller's
+// workspace. Each operation's own rules (validate_forward.cpp, validate_backward.cpp,
+// validate_quantize.cpp, validate_forward_fp8.cpp) call these with its argument names.
 #pragma once
 
 #include <cstddef>
@@ -78,6 +79,23 @@ Status check_varlen_metadata(const hopattn_varlen& varlen, int64_t total_q, int6
 // shapes, varlen (non-null) from the metadata (checked on the CPU, whose bound this is).
 int64_t call_work(const hopattn_tensor& q, const hopattn_tensor& k, const hopattn_varlen* varlen,
                   std::string& formula);
+
+// FP8 scales (hopattn_quantize_fp8's output, hopattn_forward_fp8's q/k/v_scales): the scaling, read
+// as an integer, one of hopattn_fp8_scaling, and for HOPATTN_FP8_SCALE_BLOCK block_rows > 0.
+// `owner` names the struct holding the fields: "options" or "k_scales" (-> "k_scales->scaling").
+Status check_fp8_scaling(int scaling, int64_t block_rows, const std::string& owner);
+
+// How the scales of a (validated) tensor t are named and counted in messages.
+struct Fp8ScalesNames {
+  std::string data;          // the array: "scales", "k_scales->data"
+  std::string of;            // the tensor's sizes as the message names them: "" or "k."
+  std::string block_rows;    // "block_rows", "k_scales->block_rows"
+};
+
+// The float32 array of t's scales in `scaling`'s layout (a valid scaling, with block_rows > 0 for
+// BLOCK): non-null, 4-byte aligned, its `count` values within the address space.
+Status check_fp8_scales_array(const float* data, const hopattn_tensor& t, int scaling,
+                              int64_t block_rows, const Fp8ScalesNames& names, int64_t& count);
 
 // A workspace the caller passed (non-null): large enough, aligned, in the backend's memory space.
 // `size_function` names the query that answers `needed`, for the message.

@@ -40,13 +40,18 @@ const SystemQueries& system_queries() {
                                      sm90::forward_workspace_size,
                                      sm90::supports_backward,
                                      sm90_backward_supported_list,
-                                     sm90::backward_workspace_size};
+                                     sm90::backward_workspace_size,
+                                     sm90::supports_fp8,
+                                     sm90::fp8_supported_list,
+                                     sm90::forward_fp8_workspace_size};
   return queries;
 }
 
 std::string sm90_info() {
   if (!sm90::built()) return "sm90: not built";
-  std::string line = "sm90: built; " + sm90::supported_list() + "; causal, GQA, varlen; device: ";
+  std::string line = "sm90: built; " + sm90::supported_list() +
+                     "; causal, GQA, varlen; FP8 forward: " + sm90::fp8_supported_list() +
+                     "; device: ";
   line += sm90::device_available() ? "available" : "no compute capability 9.0 GPU visible";
   return line;
 }
@@ -59,6 +64,16 @@ Status run(const ForwardCall& call) {
 Status run(const BackwardCall& call) {
   return call.backend == HOPATTN_BACKEND_SM90 ? sm90::backward(call.problem)
                                               : cpu::backward(call.problem);
+}
+
+Status run(const Fp8ForwardCall& call) {
+  return call.backend == HOPATTN_BACKEND_SM90 ? sm90::forward_fp8(call.problem)
+                                              : cpu::forward_fp8(call.problem);
+}
+
+Status run(const QuantizeCall& call) {
+  return call.backend == HOPATTN_BACKEND_SM90 ? sm90::quantize_fp8(call.problem)
+                                              : cpu::quantize_fp8(call.problem);
 }
 
 }  // namespace
@@ -144,7 +159,34 @@ Status quantize_fp8(const hopattn_tensor* x, hopattn_tensor* out, float* scales,
       s != Status::kOk) {
     return s;
   }
-  return cpu::quantize_fp8(call.problem);  // validation refuses every other backend
+  return run(call);
+}
+
+Status forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
+                   const hopattn_tensor* k, const hopattn_fp8_scales* k_scales,
+                   const hopattn_tensor* v, const hopattn_fp8_scales* v_scales, hopattn_tensor* o,
+                   float* lse, const hopattn_forward_options* options) {
+  Fp8ForwardCall call;
+  if (Status s = validate_forward_fp8(q, q_scales, k, k_scales, v, v_scales, o, lse, options,
+                                      system_queries(), call);
+      s != Status::kOk) {
+    return s;
+  }
+  return run(call);
+}
+
+Status forward_fp8_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
+                                  const hopattn_tensor* v, hopattn_dtype o_dtype,
+                                  const hopattn_forward_options* options, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes is NULL");
+  Fp8ForwardCall call;
+  if (Status s = validate_forward_fp8_workspace_query(q, k, v, o_dtype, options, system_queries(),
+                                                      call);
+      s != Status::kOk) {
+    return s;
+  }
+  *bytes = call.workspace_needed;
+  return Status::kOk;
 }
 
 bool backend_available(int backend) {
@@ -169,7 +211,7 @@ bool backend_supports(int backend, int dtype, int64_t head_dim) {
 
 const char* build_info() {
   static const std::string info = "cpu: float32/bfloat16/float16, head_dim 1-" +
-                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA, varlen, backward, FP8 quantisation; " +
+                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA, varlen, backward, FP8 quantisation and forward; " +
                                   std::to_string(cpu::worker_count()) + " threads\n" + sm90_info();
   return info.c_str();
 }

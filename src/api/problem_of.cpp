@@ -116,4 +116,29 @@ BackwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k,
   return p;
 }
 
+Fp8Scales fp8_scales_of(const hopattn_fp8_scales& scales, const hopattn_tensor& t) {
+  Fp8Scales s;
+  s.data = scales.data;
+  s.scaling = static_cast<Fp8Scaling>(enum_value(scales.scaling));
+  s.heads = t.heads;
+  const bool block = s.scaling == Fp8Scaling::kBlock;
+  s.block_rows = block ? scales.block_rows : t.seqlen;
+  s.blocks_per_head = block ? (t.seqlen - 1) / scales.block_rows + 1 : 1;
+  return s;
+}
+
+Fp8ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_fp8_scales& q_scales,
+                             const hopattn_tensor& k, const hopattn_fp8_scales& k_scales,
+                             const hopattn_tensor& v, const hopattn_fp8_scales& v_scales,
+                             const hopattn_tensor& o, float* lse,
+                             const hopattn_forward_options& options) {
+  Fp8ForwardProblem p;
+  static_cast<ForwardProblem&>(p) = problem_of(q, k, v, o, lse, options);
+  p.dtype = dtype_of(o.dtype);
+  p.q_scales = fp8_scales_of(q_scales, q);
+  p.k_scales = fp8_scales_of(k_scales, k);
+  p.v_scales = fp8_scales_of(v_scales, v);
+  return p;
+}
+
 }  // namespace hopattn

@@ -1,5 +1,5 @@
-// From the C arguments of a forward or backward call to the ForwardProblem / BackwardProblem the
-// backends read: the one place that maps hopattn_tensor / hopattn_varlen / the options onto core/
+// From the C arguments of a forward, backward or FP8 forward call to the ForwardProblem /
+// BackwardProblem / Fp8ForwardProblem the backends read: the one place that maps hopattn_tensor / hopattn_varlen / the options onto core/
 // and resolves the default softmax scale. It checks nothing: the API validates first (validate.hpp); the tests and
 // tools build their own well-formed calls. Compiled into the library and, for them, into the
 // hopattn_reference library.
@@ -39,5 +39,18 @@ BackwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k,
                            const hopattn_tensor& d_o, const float* lse, const hopattn_tensor& dq,
                            const hopattn_tensor& dk, const hopattn_tensor& dv,
                            const hopattn_varlen& varlen, const hopattn_backward_options& options);
+
+// The scales of tensor t (hopattn_fp8_scales) as core/ reads them: heads of t, blocks_per_head
+// ceil(t.seqlen / block_rows) for HOPATTN_FP8_SCALE_BLOCK (without overflow), 1 otherwise, and
+// block_rows t.seqlen for the layouts that cover whole heads (as QuantizeProblem's).
+Fp8Scales fp8_scales_of(const hopattn_fp8_scales& scales, const hopattn_tensor& t);
+
+// hopattn_forward_fp8(q, &q_scales, k, &k_scales, v, &v_scales, o, lse, &options): the forward's
+// problem with dtype o's, and each tensor's scales.
+Fp8ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_fp8_scales& q_scales,
+                             const hopattn_tensor& k, const hopattn_fp8_scales& k_scales,
+                             const hopattn_tensor& v, const hopattn_fp8_scales& v_scales,
+                             const hopattn_tensor& o, float* lse,
+                             const hopattn_forward_options& options);
 
 }  // namespace hopattn

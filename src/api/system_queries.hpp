@@ -25,6 +25,11 @@ struct SystemQueries {
   std::function<bool(DType, int64_t)> sm90_supports_backward;
   std::function<std::string()> sm90_backward_supported_list;
   std::function<size_t(const BackwardProblem&)> sm90_backward_workspace_size;
+  // The FP8 forward kernels: which (output dtype, head_dim) they cover, the same as a list for
+  // messages, and the workspace a problem needs.
+  std::function<bool(DType, int64_t)> sm90_supports_fp8;
+  std::function<std::string()> sm90_fp8_supported_list;
+  std::function<size_t(const Fp8ForwardProblem&)> sm90_forward_fp8_workspace_size;
 };
 
 }  // namespace hopattn

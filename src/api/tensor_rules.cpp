@@ -122,6 +122,11 @@ ByteRange byte_range_of(const NamedTensor& named) {
   return ByteRange{named.name, begin, begin + static_cast<uint64_t>(bytes)};
 }
 
+ByteRange float_range_of(const char* name, const float* data, int64_t count) {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  return ByteRange{name, begin, begin + static_cast<uint64_t>(count) * sizeof(float)};
+}
+
 Status check_outputs_do_not_overlap(const std::vector<ByteRange>& inputs,
                                     const std::vector<ByteRange>& outputs) {
   const auto overlaps = [](const ByteRange& a, const ByteRange& b) {

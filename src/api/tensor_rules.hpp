@@ -56,6 +56,8 @@ struct ByteRange {
 };
 // A tensor that passed check_tensor.
 ByteRange byte_range_of(const NamedTensor& named);
+// `count` float32 values at `data` (lse, scales), once their extent has been checked.
+ByteRange float_range_of(const char* name, const float* data, int64_t count);
 
 // The backends read the inputs while other threads (CTAs) already write the outputs, so an
 // output sharing memory with an input, as in-place attention would, reads partly overwritten

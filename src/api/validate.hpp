@@ -1,16 +1,19 @@
 // The one place where a call is checked: it turns the C arguments of hopattn_forward,
-// hopattn_forward_varlen, hopattn_forward_workspace_size and their backward counterparts into a
-// resolved ForwardProblem / BackwardProblem and a concrete backend, or into a status and a
-// message that names the argument at fault and what is allowed. Validation never reads or writes
-// tensor memory (it reads the host-side varlen metadata of a CPU call). The rules, by scope:
+// hopattn_forward_varlen, hopattn_forward_workspace_size, their backward and FP8 counterparts and
+// hopattn_quantize_fp8 into a resolved problem (core/problem.hpp) and a concrete backend, or into
+// a status and a message that names the argument at fault and what is allowed. Validation never
+// reads or writes tensor memory (it reads the host-side varlen metadata and FP8 scales of a CPU
+// call). The rules, by scope:
 //   tensor_rules.hpp          every tensor of every operation
 //   call_rules.hpp            growable structs, backend and scale, varlen metadata, CPU work,
 //                             workspace: every operation's
 //   backend_choice.hpp        AUTO, memory spaces, what a backend is built for
-//   validate_forward.cpp      the forward's options, shapes and lse
+//   validate_forward.cpp      the forward's options, shapes and lse (forward_rules.hpp: the
+//                             part hopattn_forward_fp8 shares)
+//   validate_forward_fp8.cpp  hopattn_forward_fp8's dtypes and scales
 //   validate_backward.cpp     the backward's options, shapes, lse and outputs
 //   validate_quantize.cpp     hopattn_quantize_fp8's options, x, out and scales
-//   sm90/sm90_rules.hpp       what only the SM90 kernels need (forward and backward)
+//   sm90/sm90_rules.hpp       what only the SM90 kernels need (every operation)
 #pragma once
 
 #include <cstddef>
@@ -34,8 +37,14 @@ struct BackwardCall {
 };
 
 struct QuantizeCall {
-  hopattn_backend backend = HOPATTN_BACKEND_CPU;  // CPU: the only backend that quantises yet
+  hopattn_backend backend = HOPATTN_BACKEND_CPU;  // CPU or SM90: AUTO is resolved
   QuantizeProblem problem;
+};
+
+struct Fp8ForwardCall {
+  hopattn_backend backend = HOPATTN_BACKEND_CPU;  // CPU or SM90: AUTO is resolved
+  Fp8ForwardProblem problem;
+  size_t workspace_needed = 0;
 };
 
 // hopattn.h's inline defaults, the one definition: what a NULL options means, and the values of
@@ -108,5 +117,24 @@ Status validate_backward_workspace_query(const hopattn_tensor* q, const hopattn_
 Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, float* scales,
                          const hopattn_quantize_options* options, const SystemQueries& system,
                          QuantizeCall& call);
+
+// hopattn_forward_fp8: q, k, v e4m3; o bfloat16 or float16; the forward's shapes, lse, options
+// and outputs apart from every input (the scale arrays too); each scales struct non-null with a
+// valid layout and an array in the backend's memory space; on the CPU every scale read and
+// > 0, NaN or +inf (marks of non-finite blocks, which give NaN).
+Status validate_forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
+                            const hopattn_tensor* k, const hopattn_fp8_scales* k_scales,
+                            const hopattn_tensor* v, const hopattn_fp8_scales* v_scales,
+                            const hopattn_tensor* o, float* lse,
+                            const hopattn_forward_options* options, const SystemQueries& system,
+                            Fp8ForwardCall& call);
+
+// hopattn_forward_fp8_workspace_size: the checks of the call that q, k, v, o_dtype and options
+// allow. The problem has no o (null, with q's strides), no lse and no scales (null data, per
+// tensor).
+Status validate_forward_fp8_workspace_query(const hopattn_tensor* q, const hopattn_tensor* k,
+                                            const hopattn_tensor* v, hopattn_dtype o_dtype,
+                                            const hopattn_forward_options* options,
+                                            const SystemQueries& system, Fp8ForwardCall& call);
 
 }  // namespace hopattn

@@ -1,6 +1,7 @@
 // hopattn_quantize_fp8's rules: its options (struct_size, scaling, block_rows, hadamard, backend),
 // x and out (the shared tensor rules, then dtypes and shapes), the scales array, the overlap of
-// the outputs with x and each other, and the backend (only the CPU quantises yet).
+// the outputs with x and each other, and the backend: AUTO picks SM90 for device memory, whose
+// own rules (sm90_rules.hpp: 32-bit sizes) follow.
 #include <cstddef>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "api/validate.hpp"
 #include "core/dtype.hpp"
 #include "core/hadamard.hpp"
+#include "sm90/sm90_rules.hpp"
 
 namespace hopattn {
 
@@ -20,17 +22,9 @@ const size_t kQuantizeOptionsFirstSize =
 namespace {
 
 Status check_options(const hopattn_quantize_options& options) {
-  const int scaling = enum_value(options.scaling);
-  if (scaling != HOPATTN_FP8_SCALE_TENSOR && scaling != HOPATTN_FP8_SCALE_HEAD &&
-      scaling != HOPATTN_FP8_SCALE_BLOCK) {
-    return invalid("options->scaling is ", scaling,
-                   "; allowed: 0 (HOPATTN_FP8_SCALE_TENSOR), 1 (HOPATTN_FP8_SCALE_HEAD), "
-                   "2 (HOPATTN_FP8_SCALE_BLOCK)");
-  }
-  if (scaling == HOPATTN_FP8_SCALE_BLOCK && options.block_rows <= 0) {
-    return invalid("options->block_rows is ", options.block_rows,
-                   "; with HOPATTN_FP8_SCALE_BLOCK it must be > 0 (rows per scale; the FP8 "
-                   "kernel's tile is 128)");
+  if (Status s = check_fp8_scaling(enum_value(options.scaling), options.block_rows, "options");
+      s != Status::kOk) {
+    return s;
   }
   const int backend = enum_value(options.backend);
   if (backend != HOPATTN_BACKEND_AUTO && backend != HOPATTN_BACKEND_CPU &&
@@ -63,32 +57,6 @@ Status check_tensors(const hopattn_tensor& x, const hopattn_tensor& out, bool ha
   return check_output_does_not_overlap({&out, "out"});
 }
 
-// scales: scale_count float32 values, 4-byte aligned, within the address space.
-Status check_scales(const float* scales, const hopattn_tensor& x, int scaling, int64_t block_rows,
-                    int64_t& count) {
-  const char* layout = scaling == HOPATTN_FP8_SCALE_TENSOR ? "1 (HOPATTN_FP8_SCALE_TENSOR)"
-                       : scaling == HOPATTN_FP8_SCALE_HEAD
-                           ? "batch * heads (HOPATTN_FP8_SCALE_HEAD)"
-                           : "batch * heads * ceil(seqlen / block_rows) (HOPATTN_FP8_SCALE_BLOCK)";
-  if (scales == nullptr) return invalid("scales is NULL; it must point to ", layout, " float32 values");
-  if (reinterpret_cast<uintptr_t>(scales) % alignof(float) != 0) {
-    return invalid("scales is not 4-byte aligned; it must point to float32 values");
-  }
-  count = 1;
-  const int64_t blocks = scaling == HOPATTN_FP8_SCALE_BLOCK ? (x.seqlen - 1) / block_rows + 1 : 1;
-  int64_t bytes = 0;
-  if (scaling != HOPATTN_FP8_SCALE_TENSOR &&
-      (__builtin_mul_overflow(x.batch, x.heads, &count) ||
-       __builtin_mul_overflow(count, blocks, &count))) {
-    count = -1;
-  }
-  if (count < 0 || __builtin_mul_overflow(count, static_cast<int64_t>(sizeof(float)), &bytes) ||
-      runs_past_address_space(scales, bytes)) {
-    return invalid("scales: ", layout, " float32 values do not fit in the address space");
-  }
-  return Status::kOk;
-}
-
 }  // namespace
 
 hopattn_quantize_options default_quantize_options() { return hopattn_default_quantize_options(); }
@@ -118,15 +86,14 @@ Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, flo
   if (Status s = check_tensors(*x, *out, hadamard); s != Status::kOk) return s;
   const int scaling = enum_value(options.scaling);
   int64_t scale_count = 0;
-  if (Status s = check_scales(scales, *x, scaling, options.block_rows, scale_count);
+  if (Status s = check_fp8_scales_array(scales, *x, scaling, options.block_rows,
+                                        {"scales", "", "block_rows"}, scale_count);
       s != Status::kOk) {
     return s;
   }
-  const auto scales_begin = reinterpret_cast<uintptr_t>(scales);
   if (Status s = check_outputs_do_not_overlap(
           {byte_range_of({x, "x"})},
-          {byte_range_of({out, "out"}),
-           {"scales", scales_begin, scales_begin + static_cast<uint64_t>(scale_count) * 4}});
+          {byte_range_of({out, "out"}), float_range_of("scales", scales, scale_count)});
       s != Status::kOk) {
     return s;
   }
@@ -135,11 +102,6 @@ Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, flo
                                  system, call.backend);
       s != Status::kOk) {
     return s;
-  }
-  if (call.backend == HOPATTN_BACKEND_SM90) {
-    return fail(Status::kUnsupported,
-                "the sm90 backend has no FP8 quantisation yet; use the CPU backend "
-                "(options->backend = HOPATTN_BACKEND_CPU, tensors in host memory)");
   }
 
   QuantizeProblem& p = call.problem;
@@ -158,7 +120,7 @@ Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, flo
   p.hadamard = hadamard;
   p.seed = options.seed;
   p.cuda_stream = options.cuda_stream;
-  return Status::kOk;
+  return call.backend == HOPATTN_BACKEND_SM90 ? sm90::check_quantize_rules(p) : Status::kOk;
 }
 
 }  // namespace hopattn

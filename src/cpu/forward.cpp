@@ -7,8 +7,13 @@
 // The score tile is kept transposed (keys x queries): S^T = K Q^T reads K rows as they are in
 // memory, and the per-query-row softmax statistics become lane-wise vector operations over
 // eight query rows at a time, with no horizontal reductions.
+//
+// The inputs are converted to float32 as their rows are loaded into the tiles, so the same code
+// runs on e4m3 codes (the FP8 forward, forward_fp8.cpp): each is multiplied by its row's scale
+// there, and the algorithm sees the dequantised values.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/causal_mask.hpp"
@@ -16,6 +21,7 @@
 #include "core/seqlen.hpp"
 #include "core/softmax_math.hpp"
 #include "cpu/cpu_backend.hpp"
+#include "cpu/forward_inputs.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/tiles.hpp"
 
@@ -109,21 +115,52 @@ class TaskList {
   std::vector<int64_t> first_task_;  // varlen: index of each sequence's first task, then count_
 };
 
-template <class Element>
-HOPATTN_ALWAYS_INLINE void convert_row(const Element* src, float* dst, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) dst[i] = to_float(src[i]);
+// e4m3 inputs are codes, each standing for its value times its row's scale.
+template <class Input>
+constexpr bool kScaledInput = std::is_same_v<Input, float8_e4m3>;
+
+// The factor of tensor row `row` of `head` in batch entry `b`: 1 for 16- and 32-bit inputs; for
+// e4m3 the row's scale, or NaN for a scale that is not finite (the mark of a block that held NaN
+// or inf): +inf times a code would give +-inf, and a -inf score would act as a masked key rather
+// than make the rows that see it NaN.
+template <class Input>
+HOPATTN_ALWAYS_INLINE float row_factor(const Fp8Scales* scales, int64_t b, int64_t row,
+                                       int64_t head) {
+  if constexpr (kScaledInput<Input>) {
+    const float scale = scales->data[scales->index(b, head, row)];
+    return std::isfinite(scale) ? scale : NAN;
+  } else {
+    return 1.f;
+  }
+}
+
+template <class Input>
+HOPATTN_ALWAYS_INLINE float input_value(Input element, float factor) {
+  if constexpr (kScaledInput<Input>) {
+    return to_float(element) * factor;
+  } else {
+    return to_float(element);
+  }
+}
+
+template <class Input>
+HOPATTN_ALWAYS_INLINE void convert_row(const Input* src, float* dst, int64_t count, float factor) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = input_value(src[i], factor);
 }
 
 // Query rows [m0, m0 + rows) transposed into q_t, zero in the padded columns up to `columns`
 // so that their scores stay finite.
-template <class Element>
-HOPATTN_ALWAYS_INLINE void load_query_block(const ForwardProblem& p, const Task& t, int64_t m0,
-                                            int64_t rows, int64_t columns, float* q_t) {
+template <class Input>
+HOPATTN_ALWAYS_INLINE void load_query_block(const ForwardProblem& p, const InputScales& scales,
+                                            const Task& t, int64_t m0, int64_t rows,
+                                            int64_t columns, float* q_t) {
   const int64_t d = p.head_dim;
   for (int64_t i = 0; i < rows; ++i) {
-    const Element* src = static_cast<const Element*>(p.q) +
-                         row_offset(p.q_stride, t.seq.tensor_batch, t.seq.q_begin + m0 + i, t.head);
-    for (int64_t c = 0; c < d; ++c) q_t[c * kBlockM + i] = to_float(src[c]);
+    const int64_t row = t.seq.q_begin + m0 + i;
+    const Input* src =
+        static_cast<const Input*>(p.q) + row_offset(p.q_stride, t.seq.tensor_batch, row, t.head);
+    const float factor = row_factor<Input>(scales.q, t.seq.tensor_batch, row, t.head);
+    for (int64_t c = 0; c < d; ++c) q_t[c * kBlockM + i] = input_value(src[c], factor);
   }
   for (int64_t c = 0; c < d; ++c)
     std::fill(q_t + c * kBlockM + rows, q_t + c * kBlockM + columns, 0.f);
@@ -132,16 +169,16 @@ HOPATTN_ALWAYS_INLINE void load_query_block(const ForwardProblem& p, const Task&
 // K and V rows lie a seq_stride apart, usually in different pages, where the hardware
 // prefetchers do not follow; asking for the next block's rows while this block's P V runs
 // hides their latency.
-template <class Element>
+template <class Input>
 HOPATTN_ALWAYS_INLINE void prefetch_key_block(const ForwardProblem& p, const Sequence& seq,
                                               int64_t kv_head, int64_t n0, int64_t keys) {
-  const int64_t row_bytes = p.head_dim * static_cast<int64_t>(sizeof(Element));
+  const int64_t row_bytes = p.head_dim * static_cast<int64_t>(sizeof(Input));
   for (int64_t j = 0; j < keys; ++j) {
     const auto* k = reinterpret_cast<const char*>(
-        static_cast<const Element*>(p.k) +
+        static_cast<const Input*>(p.k) +
         row_offset(p.k_stride, seq.tensor_batch, seq.k_begin + n0 + j, kv_head));
     const auto* v = reinterpret_cast<const char*>(
-        static_cast<const Element*>(p.v) +
+        static_cast<const Input*>(p.v) +
         row_offset(p.v_stride, seq.tensor_batch, seq.k_begin + n0 + j, kv_head));
     for (int64_t offset = 0; offset < row_bytes; offset += 64) {
       __builtin_prefetch(k + offset, 0, 2);  // into L2: a block of K and V outgrows L1
@@ -152,18 +189,21 @@ HOPATTN_ALWAYS_INLINE void prefetch_key_block(const ForwardProblem& p, const Seq
 
 // Keys [n0, n0 + keys) of the sequence's K into rows of `k` (zero rows up to `k_rows`), and of V
 // into rows of `v` padded with zeros to `padded_d` columns. Returns whether V's rows are all finite.
-template <class Element>
-HOPATTN_ALWAYS_INLINE bool load_key_block(const ForwardProblem& p, const Sequence& seq,
-                                          int64_t kv_head, int64_t n0, int64_t keys, int64_t k_rows,
-                                          int64_t padded_d, float* k, float* v) {
+template <class Input>
+HOPATTN_ALWAYS_INLINE bool load_key_block(const ForwardProblem& p, const InputScales& scales,
+                                          const Sequence& seq, int64_t kv_head, int64_t n0,
+                                          int64_t keys, int64_t k_rows, int64_t padded_d, float* k,
+                                          float* v) {
   const int64_t d = p.head_dim;
-  const auto* k_src = static_cast<const Element*>(p.k);
-  const auto* v_src = static_cast<const Element*>(p.v);
+  const auto* k_src = static_cast<const Input*>(p.k);
+  const auto* v_src = static_cast<const Input*>(p.v);
+  const int64_t b = seq.tensor_batch;
   for (int64_t j = 0; j < keys; ++j) {
     const int64_t row = seq.k_begin + n0 + j;
-    convert_row(k_src + row_offset(p.k_stride, seq.tensor_batch, row, kv_head), k + j * d, d);
-    convert_row(v_src + row_offset(p.v_stride, seq.tensor_batch, row, kv_head), v + j * padded_d,
-                d);
+    convert_row(k_src + row_offset(p.k_stride, b, row, kv_head), k + j * d, d,
+                row_factor<Input>(scales.k, b, row, kv_head));
+    convert_row(v_src + row_offset(p.v_stride, b, row, kv_head), v + j * padded_d, d,
+                row_factor<Input>(scales.v, b, row, kv_head));
     std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
   }
   std::fill(k + keys * d, k + k_rows * d, 0.f);
@@ -238,9 +278,10 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const ForwardProblem& p, const Se
   }
 }
 
-template <class Element>
-HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Task& t,
-                                              Workspace& ws) {
+// One task: q, k and v of element type Input (dequantised through `scales` for e4m3), o of Output.
+template <class Input, class Output>
+HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const InputScales& scales,
+                                              const Task& t, Workspace& ws) {
   const int64_t d = p.head_dim;
   const int64_t padded_d = round_up(d, kPadFloats);
   const int64_t m0 = t.block * kBlockM;
@@ -253,7 +294,7 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Tas
 
   ws.reserve(d, padded_d);
   float* o = ws.o.data();
-  load_query_block<Element>(p, t, m0, rows, score_columns, ws.q_t.data());
+  load_query_block<Input>(p, scales, t, m0, rows, score_columns, ws.q_t.data());
   std::fill(ws.row_max.data(), ws.row_max.data() + score_columns, -INFINITY);
   std::fill(ws.row_sum.data(), ws.row_sum.data() + score_columns, 0.f);
   std::fill(o, o + output_rows * padded_d, 0.f);
@@ -268,8 +309,8 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Tas
     // Under the causal mask, the panels of rows that see no key of this block are skipped
     // throughout: their running max, sum and output stay as they are.
     const int64_t first = first_row / kScorePanel * kScorePanel;
-    const bool finite_v = load_key_block<Element>(p, seq, kv_head, n0, keys, score_rows, padded_d,
-                                                  ws.k.data(), ws.v.data());
+    const bool finite_v = load_key_block<Input>(p, scales, seq, kv_head, n0, keys, score_rows,
+                                                padded_d, ws.k.data(), ws.v.data());
     gemm<kScoreRows, kScoreVecs, false>(ws.k.data(), d, 1, ws.q_t.data() + first, kBlockM,
                                         ws.s_t.data() + first, kBlockM, score_rows,
                                         score_columns - first, d);
@@ -280,8 +321,7 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Tas
       for (int64_t c = 0; c < padded_d; c += kLanes)
         store(o + i * padded_d + c, load(o + i * padded_d + c) * factor);
     }
-    prefetch_key_block<Element>(p, seq, kv_head, n0 + keys,
-                                std::min(kBlockN, key_limit - n0 - keys));
+    prefetch_key_block<Input>(p, seq, kv_head, n0 + keys, std::min(kBlockN, key_limit - n0 - keys));
     if (!finite_v && p.causal) {
       masked_pv(p, seq, m0, n0, keys, first, rows, padded_d, ws.s_t.data(), ws.v.data(), o);
     } else {
@@ -294,9 +334,9 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Tas
   for (int64_t i = 0; i < rows; ++i) {
     const float row_sum = ws.row_sum.data()[i];
     const float inverse = inverse_row_sum(row_sum);
-    Element* dst = static_cast<Element*>(p.o) +
-                   row_offset(p.o_stride, seq.tensor_batch, seq.q_begin + m0 + i, t.head);
-    for (int64_t c = 0; c < d; ++c) dst[c] = from_float<Element>(o[i * padded_d + c] * inverse);
+    Output* dst = static_cast<Output*>(p.o) +
+                  row_offset(p.o_stride, seq.tensor_batch, seq.q_begin + m0 + i, t.head);
+    for (int64_t c = 0; c < d; ++c) dst[c] = from_float<Output>(o[i * padded_d + c] * inverse);
     if (p.lse != nullptr) {
       p.lse[lse_index(p.seqlens, seq, p.heads_q, t.head, m0 + i)] =
           row_log_sum_exp(ws.row_max.data()[i], row_sum, p.softmax_scale);
@@ -304,14 +344,22 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Tas
   }
 }
 
-HOPATTN_CPU_CLONES void run_task(const ForwardProblem& p, const Task& task) {
+// 16- and 32-bit inputs share o's dtype; e4m3 inputs write bfloat16 or float16.
+HOPATTN_CPU_CLONES void run_task(const ForwardProblem& p, DType input_dtype,
+                                 const InputScales& scales, const Task& task) {
   Workspace& ws = thread_workspace();
   // A switch rather than visit_dtype: a lambda would be a separate function, outside the clone.
-  switch (p.dtype) {
-    case DType::kFloat32: attend_query_block<float>(p, task, ws); break;
-    case DType::kBFloat16: attend_query_block<bfloat16>(p, task, ws); break;
-    case DType::kFloat16: attend_query_block<float16>(p, task, ws); break;
-    case DType::kFloat8E4M3: break;  // not an attention dtype: validation refuses it
+  switch (input_dtype) {
+    case DType::kFloat32: attend_query_block<float, float>(p, scales, task, ws); break;
+    case DType::kBFloat16: attend_query_block<bfloat16, bfloat16>(p, scales, task, ws); break;
+    case DType::kFloat16: attend_query_block<float16, float16>(p, scales, task, ws); break;
+    case DType::kFloat8E4M3:
+      if (p.dtype == DType::kFloat16) {
+        attend_query_block<float8_e4m3, float16>(p, scales, task, ws);
+      } else {
+        attend_query_block<float8_e4m3, bfloat16>(p, scales, task, ws);
+      }
+      break;
   }
 }
 
@@ -323,11 +371,14 @@ bool supports(DType dtype, int64_t head_dim) {
 
 int worker_count() { return ThreadPool::instance().thread_count(); }
 
-Status forward(const ForwardProblem& problem) {
+Status run_forward(const ForwardProblem& problem, DType input_dtype, const InputScales& scales) {
   const TaskList tasks(problem);
-  ThreadPool::instance().parallel_for(
-      tasks.count(), [&problem, &tasks](int64_t index) { run_task(problem, tasks[index]); });
+  ThreadPool::instance().parallel_for(tasks.count(), [&](int64_t index) {
+    run_task(problem, input_dtype, scales, tasks[index]);
+  });
   return Status::kOk;
 }
+
+Status forward(const ForwardProblem& problem) { return run_forward(problem, problem.dtype, {}); }
 
 }  // namespace hopattn::cpu

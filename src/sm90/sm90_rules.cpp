@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -17,6 +18,8 @@ constexpr int64_t kTmaAlignment = 16;
 constexpr int64_t kTmaStrideLimitBytes = int64_t{1} << 40;
 // Rows per CTA of the grid's smallest tile: the grid is ceil(seqlen_q / 64) * heads_q * batch.
 constexpr int64_t kMinBlockM = 64;
+// Keys per tile of the FP8 kernel: K block scales must not change within one.
+constexpr int64_t kFp8KeyTile = 128;
 
 template <class... Pieces>
 Status fail(Status status, const Pieces&... pieces) {
@@ -30,6 +33,7 @@ struct TensorView {
   const void* data;
   Strides stride;
   int64_t batch, rows, heads;  // sizes of the tensor (not of one sequence)
+  DType dtype;
 };
 
 struct StridedDimension {
@@ -43,7 +47,8 @@ std::array<StridedDimension, 3> dimensions_of(const TensorView& t) {
            {"head_stride", t.stride.head, t.heads}}};
 }
 
-Status check_tma_layout(const TensorView& t, DType dtype) {
+Status check_tma_layout(const TensorView& t) {
+  const DType dtype = t.dtype;
   if (reinterpret_cast<uintptr_t>(t.data) % kTmaAlignment != 0) {
     return fail(Status::kInvalidArgument, t.name, ".data is not ", kTmaAlignment,
                 "-byte aligned; the SM90 backend loads tiles with TMA, which needs ", kTmaAlignment,
@@ -88,22 +93,30 @@ Status check_no_broadcast(const TensorView& t) {
   return Status::kOk;
 }
 
-// The kernels index rows, heads, sequences and CTAs with 32-bit integers; this also keeps every
-// TMA global dimension (rows, heads, batch; heads_kv <= heads_q) within the driver's 2^32.
-Status check_32_bit_limits(const SeqlenLayout& s, int64_t heads_q) {
-  const bool varlen = s.varlen();
-  const std::pair<const char*, int64_t> sizes[] = {
-      {"q.seqlen", s.total_q},
-      {"k.seqlen", s.total_k},
-      {"q.heads", heads_q},
-      {varlen ? "varlen->batch + 1" : "q.batch", varlen ? s.batch + 1 : s.batch},
-      {"varlen->max_seqlen_q", varlen ? s.seqlen_q : 0},
-      {"varlen->max_seqlen_k", varlen ? s.seqlen_k : 0}};
+// Every size below 2^31: the kernels index with 32-bit integers.
+Status check_below_2_to_31(std::initializer_list<std::pair<const char*, int64_t>> sizes) {
   for (const auto& [name, size] : sizes) {
     if (size > INT32_MAX) {
       return fail(Status::kUnsupported, name, " is ", size,
                   "; the SM90 backend needs it below 2^31 (32-bit indices)");
     }
+  }
+  return Status::kOk;
+}
+
+// The kernels index rows, heads, sequences and CTAs with 32-bit integers; this also keeps every
+// TMA global dimension (rows, heads, batch; heads_kv <= heads_q) within the driver's 2^32.
+Status check_32_bit_limits(const SeqlenLayout& s, int64_t heads_q) {
+  const bool varlen = s.varlen();
+  if (Status status = check_below_2_to_31(
+          {{"q.seqlen", s.total_q},
+           {"k.seqlen", s.total_k},
+           {"q.heads", heads_q},
+           {varlen ? "varlen->batch + 1" : "q.batch", varlen ? s.batch + 1 : s.batch},
+           {"varlen->max_seqlen_q", varlen ? s.seqlen_q : 0},
+           {"varlen->max_seqlen_k", varlen ? s.seqlen_k : 0}});
+      status != Status::kOk) {
+    return status;
   }
   const int64_t ctas = (s.seqlen_q + kMinBlockM - 1) / kMinBlockM * heads_q * s.batch;
   if (ctas > INT32_MAX) {
@@ -117,11 +130,11 @@ Status check_32_bit_limits(const SeqlenLayout& s, int64_t heads_q) {
 // The rules over a call's tensors as the TMA descriptors see them (a varlen batch is one batch
 // entry of total rows), q-shaped ones with total_q rows and heads_q heads, k-shaped ones with
 // total_k and heads_kv. A null tensor (an output of a workspace-size query) is skipped.
-Status check_tensors(std::initializer_list<TensorView> tensors, DType dtype, const SeqlenLayout& s,
+Status check_tensors(std::initializer_list<TensorView> tensors, const SeqlenLayout& s,
                      int64_t heads_q) {
   for (const TensorView& t : tensors) {
     if (t.data == nullptr) continue;
-    if (Status status = check_tma_layout(t, dtype); status != Status::kOk) return status;
+    if (Status status = check_tma_layout(t); status != Status::kOk) return status;
   }
   if (Status status = check_32_bit_limits(s, heads_q); status != Status::kOk) return status;
   for (const TensorView& t : tensors) {
@@ -136,25 +149,64 @@ Status check_tensors(std::initializer_list<TensorView> tensors, DType dtype, con
 Status check_forward_rules(const ForwardProblem& p) {
   const SeqlenLayout& s = p.seqlens;
   const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
-  return check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q},
-                        {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv},
-                        {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv},
-                        {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q}},
-                       p.dtype, s, p.heads_q);
+  return check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q, p.dtype},
+                        {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv, p.dtype},
+                        {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv, p.dtype},
+                        {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q, p.dtype}},
+                       s, p.heads_q);
 }
 
 Status check_backward_rules(const BackwardProblem& p) {
   const SeqlenLayout& s = p.seqlens;
   const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
-  return check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q},
-                        {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv},
-                        {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv},
-                        {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q},
-                        {"d_o", p.d_o, p.d_o_stride, tensor_batch, s.total_q, p.heads_q},
-                        {"dq", p.dq, p.dq_stride, tensor_batch, s.total_q, p.heads_q},
-                        {"dk", p.dk, p.dk_stride, tensor_batch, s.total_k, p.heads_kv},
-                        {"dv", p.dv, p.dv_stride, tensor_batch, s.total_k, p.heads_kv}},
-                       p.dtype, s, p.heads_q);
+  const DType d = p.dtype;
+  return check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q, d},
+                        {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv, d},
+                        {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv, d},
+                        {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q, d},
+                        {"d_o", p.d_o, p.d_o_stride, tensor_batch, s.total_q, p.heads_q, d},
+                        {"dq", p.dq, p.dq_stride, tensor_batch, s.total_q, p.heads_q, d},
+                        {"dk", p.dk, p.dk_stride, tensor_batch, s.total_k, p.heads_kv, d},
+                        {"dv", p.dv, p.dv_stride, tensor_batch, s.total_k, p.heads_kv, d}},
+                       s, p.heads_q);
+}
+
+Status check_forward_fp8_rules(const Fp8ForwardProblem& p) {
+  const SeqlenLayout& s = p.seqlens;
+  const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
+  constexpr DType e4m3 = DType::kFloat8E4M3;
+  if (Status status =
+          check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q, e4m3},
+                         {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv, e4m3},
+                         {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv, e4m3},
+                         {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q, p.dtype}},
+                        s, p.heads_q);
+      status != Status::kOk) {
+    return status;
+  }
+  // Scales with null data: the workspace query, which has none.
+  if (p.k_scales.data != nullptr && p.k_scales.scaling == Fp8Scaling::kBlock &&
+      p.k_scales.block_rows % kFp8KeyTile != 0) {
+    return fail(Status::kUnsupported, "k_scales->block_rows is ", p.k_scales.block_rows,
+                "; the SM90 FP8 kernel needs K block scales over a multiple of ", kFp8KeyTile,
+                " rows, so that one scale covers each of its key tiles (or K scales per tensor "
+                "or per head; the CPU backend takes any block_rows)");
+  }
+  if (p.v_scales.data != nullptr && p.v_scales.scaling == Fp8Scaling::kBlock) {
+    return fail(Status::kUnsupported,
+                "v_scales->scaling is HOPATTN_FP8_SCALE_BLOCK; the SM90 FP8 kernel takes V scales "
+                "per tensor or per head (HOPATTN_FP8_SCALE_TENSOR or HOPATTN_FP8_SCALE_HEAD), "
+                "which it folds into the output; the CPU backend takes block V scales");
+  }
+  return Status::kOk;
+}
+
+Status check_quantize_rules(const QuantizeProblem& p) {
+  return check_below_2_to_31({{"x.batch", p.batch},
+                              {"x.seqlen", p.seqlen},
+                              {"x.heads", p.heads},
+                              {"x.head_dim", p.head_dim},
+                              {"the number of scales", p.scale_count()}});
 }
 
 }  // namespace hopattn::sm90

@@ -1,7 +1,8 @@
 // Every argument rule that only the SM90 backend has (TMA descriptor limits, no broadcast views,
 // 32-bit kernel indices, varlen metadata alignment), in one place. Plain C++ with no CUDA, so that
-// the validation tests run them on any machine; api/validate_forward.cpp and
-// api/validate_backward.cpp call them once the backend is SM90.
+// the validation tests run them on any machine; api/validate_forward.cpp,
+// api/validate_backward.cpp, api/validate_forward_fp8.cpp and api/validate_quantize.cpp call
+// them once the backend is SM90.
 #pragma once
 
 #include "core/problem.hpp"
@@ -26,5 +27,16 @@ Status check_forward_rules(const ForwardProblem& problem);
 
 // The same rules over the backward's tensors: q, k, v, o, d_o and dq, dk, dv.
 Status check_backward_rules(const BackwardProblem& problem);
+
+// hopattn_forward_fp8: the same rules over q, k, v (e4m3: 16-byte strides are multiples of 16
+// elements) and o, then what the FP8 kernel takes of the scales: K block scales over a multiple
+// of its 128-key tile, V scales per tensor or per head (validation has checked the layouts
+// themselves). Scales with null data (the workspace query) are skipped. Which (output dtype,
+// head_dim) the kernels cover is sm90::supports_fp8's, asked through the system queries.
+Status check_forward_fp8_rules(const Fp8ForwardProblem& problem);
+
+// hopattn_quantize_fp8: no TMA (x is read and out written with plain loads and stores, so
+// check_tensor's natural alignment suffices); 32-bit sizes and scale count.
+Status check_quantize_rules(const QuantizeProblem& problem);
 
 }  // namespace hopattn::sm90

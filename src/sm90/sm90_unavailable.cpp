@@ -33,4 +33,14 @@ size_t backward_workspace_size(const BackwardProblem&) { return 0; }
 
 Status backward(const BackwardProblem&) { return not_built(); }
 
+bool supports_fp8(DType, int64_t) { return false; }
+
+std::string fp8_supported_list() { return "nothing"; }
+
+size_t forward_fp8_workspace_size(const Fp8ForwardProblem&) { return 0; }
+
+Status forward_fp8(const Fp8ForwardProblem&) { return not_built(); }
+
+Status quantize_fp8(const QuantizeProblem&) { return not_built(); }
+
 }  // namespace hopattn::sm90

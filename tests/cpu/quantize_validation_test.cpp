@@ -11,6 +11,7 @@
 #include "api/abi.hpp"
 #include "api/validate.hpp"
 #include "core/error.hpp"
+#include "sm90/sm90_rules.hpp"
 
 namespace hopattn {
 namespace {
@@ -279,16 +280,69 @@ TEST_F(QuantizeValidation, TensorRulesNameTheArgument) {
   expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "x.seqlen is 0; it must be > 0");
 }
 
-TEST_F(QuantizeValidation, TheSm90BackendHasNoQuantisationYet) {
+TEST_F(QuantizeValidation, AutoPicksTheSm90BackendForDeviceMemory) {
   spaces = {{x.data, MemorySpace::Device},
             {out.data, MemorySpace::Device},
             {scales, MemorySpace::Device}};
   expect_rejected(HOPATTN_ERROR_BACKEND_UNAVAILABLE, "the SM90 backend is not in this build");
-  sm90_built = sm90_device = true;
-  expect_rejected(HOPATTN_ERROR_UNSUPPORTED,
-                  "the sm90 backend has no FP8 quantisation yet; use the CPU backend");
+  sm90_built = true;
+  expect_rejected(HOPATTN_ERROR_BACKEND_UNAVAILABLE,
+                  "the SM90 backend needs a compute capability 9.0 GPU");
+  sm90_device = true;
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.backend, HOPATTN_BACKEND_SM90);
+  EXPECT_EQ(call.problem.scale_count(), 2 * 4 * 3);
   options.backend = HOPATTN_BACKEND_SM90;
-  expect_rejected(HOPATTN_ERROR_UNSUPPORTED, "the sm90 backend has no FP8 quantisation yet");
+  options.cuda_stream = reinterpret_cast<void*>(0x1234);
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.cuda_stream, options.cuda_stream);
+}
+
+// The GPU quantisation uses no TMA: the natural alignment of check_tensor is all it needs.
+TEST_F(QuantizeValidation, Sm90NeedsOnlyNaturalAlignment) {
+  sm90_built = sm90_device = true;
+  options.backend = HOPATTN_BACKEND_SM90;
+  spaces = {{x.data, MemorySpace::Device}, {out.data, MemorySpace::Device}};
+  out.data = static_cast<char*>(out.data) + 1;  // 1-byte elements: any address
+  x.data = static_cast<char*>(x.data) + 2;      // bfloat16: 2-byte aligned
+  x.seq_stride += 1;
+  x.batch_stride = 301 * x.seq_stride;
+  spaces[x.data] = spaces[out.data] = spaces[scales] = MemorySpace::Device;
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  x.data = static_cast<char*>(x.data) + 1;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "x.data is not 2-byte aligned");
+}
+
+TEST_F(QuantizeValidation, Sm90RejectsHostMemoryNamingTheArgument) {
+  sm90_built = sm90_device = true;
+  options.backend = HOPATTN_BACKEND_SM90;
+  spaces = {{x.data, MemorySpace::Device}, {out.data, MemorySpace::Device}};
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "scales is host memory; the SM90 backend needs device memory");
+}
+
+TEST_F(QuantizeValidation, Sm90RulesNeed32BitSizes) {
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  QuantizeProblem p = call.problem;
+  clear_error();
+  EXPECT_EQ(sm90::check_quantize_rules(p), Status::kOk) << last_error();
+  p.seqlen = int64_t{1} << 31;
+  clear_error();
+  EXPECT_EQ(sm90::check_quantize_rules(p), Status::kUnsupported);
+  EXPECT_STREQ(last_error(),
+               "x.seqlen is 2147483648; the SM90 backend needs it below 2^31 (32-bit indices)");
+  p = call.problem;
+  p.heads = INT32_MAX;  // each size fits, their scales do not
+  clear_error();
+  EXPECT_EQ(sm90::check_quantize_rules(p), Status::kUnsupported);
+  EXPECT_NE(std::string(last_error()).find("the number of scales is "), std::string::npos)
+      << last_error();
+  p = call.problem;
+  p.batch = int64_t{1} << 40;
+  clear_error();
+  EXPECT_EQ(sm90::check_quantize_rules(p), Status::kUnsupported);
+  EXPECT_NE(std::string(last_error()).find("x.batch is 1099511627776"), std::string::npos)
+      << last_error();
 }
 
 TEST_F(QuantizeValidation, RejectsMemorySpaceMixUps) {
