@@ -4,12 +4,14 @@
 # skipped when its output already exists in this (warm) machine's build folders, so a run cut short
 # by the 10-minute limit continues in the next call. Logs go to $OUT/logs.tar.gz, the benchmark
 # JSON and PNG beside it; the last lines printed are the summary tables.
-#   usage: scripts/device_check.sh [quick|tests|bench|bench-backward|all]   (carry .deps and .peers)
+#   usage: scripts/device_check.sh [quick|tests|bench|bench-backward|fp8|all]   (carry .deps and .peers)
 #     all: tests, bench and bench-backward in one call (about 9 minutes on a fresh machine)
 #     quick: the representative kernel only, its GPU tests (a first check of a new kernel)
 #     tests: every kernel, ptxas/SASS, every test, compute-sanitizer
 #     bench: FlashAttention-3 build, forward sweep and varlen benchmark
 #     bench-backward: the backward sweep (FA3's backward is in the same FA3 build)
+#     fp8: the FP8 GPU tests, then the FP8 sweep with FA3's FP8 (its own build) and
+#          cuDNN's FP8 (the cudnn-frontend wheel carried in .peers/wheels)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
@@ -21,13 +23,14 @@ commit=${HOPATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknow
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$LOGS/gpu.txt"
 
-# FlashAttention-3 (forward, bf16, head_dim 64/128/256, varlen) builds in the background while the
-# rest runs; its source and build stay outside the repository's tracked files.
-FA3_DIR=$PWD/build-fa3
+# FlashAttention-3 builds in the background while the rest runs (scripts/build_fa3_peer.sh: its
+# source and build stay outside the repository's tracked files), one folder per feature set.
+# $1: the features (backward varlen | fp8); sets FA3_DIR.
 start_fa3_build() {
+  FA3_DIR=$PWD/build-fa3-${1// /-}
   [[ -f .peers/fa3.tar.gz ]] || { echo "FA3: .peers/fa3.tar.gz not carried" >"$LOGS/fa3_build.log"; return; }
   ls "$FA3_DIR"/fa/hopper/flash_attn_3/_C*.so >/dev/null 2>&1 && return
-  (MAX_JOBS=10 bash .peers/build_fa3_min.sh .peers/fa3.tar.gz "$FA3_DIR" --with-backward >"$LOGS/fa3_build.log" 2>&1) &
+  (MAX_JOBS=10 bash scripts/build_fa3_peer.sh .peers/fa3.tar.gz "$FA3_DIR" $1 >"$LOGS/fa3_build.log" 2>&1) &
   FA3_PID=$!
 }
 
@@ -43,7 +46,7 @@ build() {  # $1: build folder, $2: all | representative
 hung=""
 gpu_tests() {  # $1: build folder, $2: gtest filter; the forward's and the backward's binaries
   local binary name rc
-  for name in test_sm90_forward test_sm90_backward; do
+  for name in test_sm90_forward test_sm90_backward test_sm90_fp8; do
     binary=$(find "$1" -name $name -type f | head -1)
     echo "== $name"
     timeout 240 "$binary" --gtest_filter="$2" >"$LOGS/${name}.log" 2>&1
@@ -61,7 +64,7 @@ quick)
   gpu_tests build-quick '*bf16_d128*:Sm90Test.*:Sm90Backend.*'
   ;;
 tests)
-  start_fa3_build
+  start_fa3_build "backward varlen"
   build build-device all
   grep -E "Compiling entry|Used [0-9]+ registers|stack frame" "$LOGS/build_all.log" | sed 's/^ *//' >"$LOGS/ptxas_report.txt"
   echo "ptxas: $(grep -c 'Used' "$LOGS/ptxas_report.txt") kernels; spills/stack:"
@@ -89,6 +92,8 @@ tests)
   small+=':VarlenMatrix/*bf16_d128_causal*:VarlenMatrix/*fp16_d64_full*:VarlenMatrix/*d192*:Sm90Test.Sm90VarlenMetadata*:Sm90Test.Sm90ExtremeValuesNaN*:Sm90Test.Sm90HostChecks*'
   backward=$(find build-device -name test_sm90_backward -type f | head -1)
   small_backward='ShapeMatrix/*bf16_d128_causal_sq17_*:ShapeMatrix/*fp16_d64_full_sq300_sk77_*:ShapeMatrix/*bf16_d96_causal_sq77_sk300_*:VarlenMatrix/*d128*:Sm90Test.Sm90Backward*'
+  fp8=$(find build-device -name test_sm90_fp8 -type f | head -1)
+  small_fp8='Fp8Matrix/*d128_causal_sq129_*:Fp8Matrix/*d64_full_sq17_*:Fp8Matrix/*d256_causal_sq300_sk77_*:Sm90Fp8Test.*:Sm90Quantize*'
   for tool in memcheck racecheck synccheck initcheck; do
     if [[ $hung != *test_sm90_forward* ]]; then
       timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$binary" --gtest_filter="$small" \
@@ -100,18 +105,23 @@ tests)
         >"$LOGS/sanitizer_backward_$tool.log" 2>&1 || status=1
       echo "$tool backward: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_backward_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_backward_$tool.log") tests ok)"
     fi
+    if [[ $hung != *test_sm90_fp8* ]]; then
+      timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$fp8" --gtest_filter="$small_fp8" \
+        >"$LOGS/sanitizer_fp8_$tool.log" 2>&1 || status=1
+      echo "$tool fp8: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_fp8_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_fp8_$tool.log") tests ok)"
+    fi
   done
   cli=$(find build-device -name hopattn-bench -type f | head -1)
   "$cli" | tee "$LOGS/cli_default.txt" || status=1
   [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
   ;;
 bench)
-  start_fa3_build
+  start_fa3_build "backward varlen"
   [[ -f build-device/src/libhopattn.so ]] || build build-device all
   [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
   lib=$(find build-device -name 'libhopattn.so' | head -1)
   export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_COMMIT=$commit
-  export HOPATTN_FA3_PATH=$FA3_DIR/fa/hopper
+  export HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
   echo "== forward sweep"
   timeout 330 python3 bench/bench_forward.py --json "$LOGS/forward_h200.json" --plot "$LOGS/forward_h200.png" \
     2>"$LOGS/bench_progress.log" | tee "$LOGS/bench_table.txt" || status=1
@@ -120,17 +130,43 @@ bench)
     2>"$LOGS/varlen_progress.log" | tee "$LOGS/varlen_table.txt" || status=1
   ;;
 bench-backward)
-  start_fa3_build
+  start_fa3_build "backward varlen"
   [[ -f build-device/src/libhopattn.so ]] || build build-device all
   [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
   lib=$(find build-device -name 'libhopattn.so' | head -1)
   export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_COMMIT=$commit
-  export HOPATTN_FA3_PATH=$FA3_DIR/fa/hopper
+  export HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
   echo "== backward sweep"
   timeout 400 python3 bench/bench_backward.py --json "$LOGS/backward_h200.json" --plot "$LOGS/backward_h200.png" \
     2>"$LOGS/backward_progress.log" | tee "$LOGS/backward_table.txt" || status=1
   ;;
-*) echo "unknown mode $1 (allowed: quick tests bench bench-backward all)" >&2; exit 2 ;;
+fp8)
+  start_fa3_build "fp8"
+  [[ -f build-device/src/libhopattn.so ]] || build build-device all
+  fp8_tests=$(find build-device -name test_sm90_fp8 -type f | head -1)
+  echo "== test_sm90_fp8"
+  timeout 300 "$fp8_tests" >"$LOGS/test_sm90_fp8.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED  \]|Failure|Expected|Which is|rel " "$LOGS/test_sm90_fp8.log" \
+    | grep -v "^\[ sm90 fp8 \]" | head -40
+  awk '/^\[ sm90 fp8 \]/ {n++; if ($7 + 0 > worst) {worst = $7 + 0; name = $5}} END {print n " FP8 cases, largest relative error " worst " (" name ")"}' \
+    "$LOGS/test_sm90_fp8.log"
+  lib=$(find build-device -name 'libhopattn.so' | head -1)
+  grep -E "Compiling entry|Used [0-9]+ registers|stack frame" "$LOGS/build_all.log" 2>/dev/null | sed 's/^ *//' >"$LOGS/ptxas_report.txt"
+  cuobjdump -sass "$lib" >"$LOGS/sass_full.txt" 2>&1
+  echo "SASS: $(grep -c QGMMA "$LOGS/sass_full.txt") QGMMA, $(grep -cE '\bLDL|\bSTL' "$LOGS/sass_full.txt") LDL/STL"
+  # cuDNN's FP8 peer: the frontend wheel carried in .peers/wheels, cuDNN itself from torch's package.
+  python3 -m pip install -q --no-index --no-deps --target /tmp/cudnn-frontend .peers/wheels/nvidia_cudnn_frontend-*.whl \
+    >"$LOGS/cudnn_frontend_install.log" 2>&1 || echo "cudnn-frontend: install failed"
+  cudnn_lib=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(os.path.dirname(nvidia.cudnn.__file__), 'lib'))" 2>/dev/null)
+  [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
+  export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python:/tmp/cudnn-frontend HOPATTN_COMMIT=$commit
+  export HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper LD_LIBRARY_PATH=${cudnn_lib:-}:${LD_LIBRARY_PATH:-}
+  echo "== FP8 sweep"
+  timeout 300 python3 bench/bench_fp8.py --json "$LOGS/fp8_h200.json" --plot "$LOGS/fp8_h200.png" \
+    2>"$LOGS/fp8_progress.log" | tee "$LOGS/fp8_table.txt" || status=1
+  tail -5 "$LOGS/fp8_progress.log"
+  ;;
+*) echo "unknown mode $1 (allowed: quick tests bench bench-backward fp8 all)" >&2; exit 2 ;;
 esac
 }
 

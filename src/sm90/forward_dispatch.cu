@@ -73,4 +73,31 @@ Status forward(ForwardProblem const& problem) {
   return run_kernel(kForwardKernels, kForwardKernelCount, problem, "kernels");
 }
 
+bool supports_fp8(DType out_dtype, int64_t head_dim) {
+  return find_kernel(kForwardFp8Kernels, kForwardFp8KernelCount, out_dtype, head_dim) != nullptr;
+}
+
+std::string fp8_supported_list() { return supported_list(kForwardFp8Kernels, kForwardFp8KernelCount); }
+
+size_t forward_fp8_workspace_size(const Fp8ForwardProblem& problem) {
+  return workspace_size(kForwardFp8Kernels, kForwardFp8KernelCount, problem);
+}
+
+Status forward_fp8(Fp8ForwardProblem const& problem) {
+  if (Status status = check_device({{problem.q, "q.data"},
+                                    {problem.k, "k.data"},
+                                    {problem.v, "v.data"},
+                                    {problem.o, "o.data"},
+                                    {problem.lse, "lse"},
+                                    {problem.q_scales.data, "q_scales->data"},
+                                    {problem.k_scales.data, "k_scales->data"},
+                                    {problem.v_scales.data, "v_scales->data"},
+                                    {problem.workspace, "options->workspace"}},
+                                   problem.cuda_stream);
+      status != Status::kOk) {
+    return status;
+  }
+  return run_kernel(kForwardFp8Kernels, kForwardFp8KernelCount, problem, "FP8 kernels (by o's dtype)");
+}
+
 }  // namespace hopattn::sm90

@@ -22,5 +22,8 @@ extern const KernelEntry<ForwardProblem> kForwardKernels[];
 extern const int kForwardKernelCount;
 extern const KernelEntry<BackwardProblem> kBackwardKernels[];
 extern const int kBackwardKernelCount;
+// e4m3 inputs; `dtype` is the output's.
+extern const KernelEntry<Fp8ForwardProblem> kForwardFp8Kernels[];
+extern const int kForwardFp8KernelCount;
 
 }  // namespace hopattn::sm90

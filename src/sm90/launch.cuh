@@ -1,6 +1,6 @@
-// Host side of one (dtype, head_dim) instantiation: composes the kernel from its collectives, builds
-// their parameters, sizes the persistent grid and launches the causal or non-causal kernel on the
-// problem's stream.
+// Host side of one (dtype, head_dim) instantiation, 16-bit or FP8 inputs: composes the kernel from
+// its collectives, builds their parameters, sizes the persistent grid and launches the causal or
+// non-causal kernel on the problem's stream.
 #pragma once
 
 #include <string>
@@ -30,8 +30,9 @@ Status current_device_shape(DeviceShape& shape);
 template <bool kCausal>
 using SchedulerFor = std::conditional_t<kCausal, DynamicTileScheduler, StaticTileScheduler>;
 
-template <class Config, bool kCausal>
-Status launch_forward_kernel(ForwardProblem const& problem, DeviceShape const& device, void* workspace) {
+// `Problem`: ForwardProblem, or Fp8ForwardProblem for a Config of FP8 inputs.
+template <class Config, bool kCausal, class Problem>
+Status launch_forward_kernel(Problem const& problem, DeviceShape const& device, void* workspace) {
   using Mainloop = ForwardMainloop<Config, kCausal>;
   using Epilogue = ForwardEpilogue<Config>;
   using Scheduler = SchedulerFor<kCausal>;
@@ -68,8 +69,18 @@ Status launch_forward_kernel(ForwardProblem const& problem, DeviceShape const& d
   return Status::kOk;
 }
 
+template <class Element, class ElementOut, int kHeadDim, class Problem>
+Status launch_forward_config(Problem const& problem, void* workspace) {
+  using Tiles = TileSize<kHeadDim, int(sizeof(Element))>;
+  using Config = ForwardConfig<Element, ElementOut, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
+  DeviceShape device;
+  if (Status status = current_device_shape(device); status != Status::kOk) return status;
+  return problem.causal ? launch_forward_kernel<Config, true>(problem, device, workspace)
+                        : launch_forward_kernel<Config, false>(problem, device, workspace);
+}
+
 // Bytes of workspace launch_forward<Element, kHeadDim>(problem, ...) needs (the dynamic
-// scheduler's tile counter).
+// scheduler's tile counter); the same for launch_forward_fp8.
 template <class Element, int kHeadDim>
 size_t forward_workspace_bytes(ForwardProblem const& problem) {
   return problem.causal ? DynamicTileScheduler::kWorkspaceBytes : StaticTileScheduler::kWorkspaceBytes;
@@ -78,12 +89,18 @@ size_t forward_workspace_bytes(ForwardProblem const& problem) {
 // `workspace`: at least forward_workspace_bytes<Element, kHeadDim>(problem) bytes of device memory.
 template <class Element, int kHeadDim>
 Status launch_forward(ForwardProblem const& problem, void* workspace) {
-  using Tiles = TileSize<kHeadDim>;
-  using Config = ForwardConfig<Element, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
-  DeviceShape device;
-  if (Status status = current_device_shape(device); status != Status::kOk) return status;
-  return problem.causal ? launch_forward_kernel<Config, true>(problem, device, workspace)
-                        : launch_forward_kernel<Config, false>(problem, device, workspace);
+  return launch_forward_config<Element, Element, kHeadDim>(problem, workspace);
+}
+
+// FP8 inputs, O of type ElementOut.
+template <class ElementOut, int kHeadDim>
+size_t forward_fp8_workspace_bytes(Fp8ForwardProblem const& problem) {
+  return forward_workspace_bytes<ElementOut, kHeadDim>(problem);
+}
+
+template <class ElementOut, int kHeadDim>
+Status launch_forward_fp8(Fp8ForwardProblem const& problem, void* workspace) {
+  return launch_forward_config<cutlass::float_e4m3_t, ElementOut, kHeadDim>(problem, workspace);
 }
 
 }  // namespace hopattn::sm90

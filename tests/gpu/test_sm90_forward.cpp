@@ -706,7 +706,7 @@ TEST_F(Sm90Test, Sm90ExtremeValuesHugeSoftmaxScalesMatchTheReference) {
 // keys end before that block stay clean.
 TEST_F(Sm90Test, Sm90ExtremeValuesNaNReachesTheRowsThatSeeIt) {
   constexpr int64_t kNanRow = 5, kNanKey = 150, kNanColumn = 3;
-  using Tiles = hopattn::sm90::TileSize<128>;
+  using Tiles = hopattn::sm90::TileSize<128, 2>;
   constexpr int64_t kNanKeyBlockBegin = kNanKey / Tiles::kBlockN * Tiles::kBlockN;
   const hopattn_dtype dtype = HOPATTN_DTYPE_BFLOAT16;
   for (bool causal : {false, true}) {

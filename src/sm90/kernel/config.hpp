@@ -1,5 +1,10 @@
 // Compile-time configuration of the forward kernel: tile shapes, shared-memory layouts, the two
 // WGMMA tilings and the pipeline. Everything the mainloop, softmax and epilogue agree on.
+//
+// Two input formats share it. 16-bit inputs (Element = ElementOut = bf16 or fp16) read V for
+// P V exactly as TMA brought it in. FP8 inputs (Element = e4m3, ElementOut = bf16 or fp16) need
+// V transposed first, since FP8 WGMMA reads both operands K-major: the producer warpgroup's
+// other warps transpose each V block into a second buffer (Vt) while the consumers compute.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -10,58 +15,79 @@ namespace hopattn::sm90 {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+// The widest K-major swizzle atom whose row (32, 64 or 128 bytes) divides a row of `kRowElements`:
+// conflict-free for TMA writes, WGMMA reads and the ldmatrix/stmatrix of the V transpose.
+template <class Element, int kRowElements>
+using KMajorAtom = conditional_t<(kRowElements * sizeof(Element)) % 128 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+                                 conditional_t<(kRowElements * sizeof(Element)) % 64 == 0,
+                                               GMMA::Layout_K_SW64_Atom<Element>, GMMA::Layout_K_SW32_Atom<Element>>>;
+
+template <class Element_, class ElementOut_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
 struct ForwardConfig {
-  using Element = Element_;
+  using Element = Element_;        // Q, K, V
+  using ElementOut = ElementOut_;  // O
+  static constexpr bool kFp8 = sizeof(Element) == 1;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;  // query rows per CTA
   static constexpr int kBlockN = kBlockN_;  // keys per mainloop step
   static constexpr int kStages = kStages_;  // K/V shared-memory buffers in flight
 
   // A WGMMA instruction covers 64 rows, so each consumer warpgroup owns 64 query rows; one more
-  // warpgroup produces (TMA) and gives most of its registers to the consumers.
+  // warpgroup produces and gives most of its registers to the consumers: its first warp issues
+  // every TMA load, and for FP8 its other three transpose V. Per thread, producer + consumers
+  // registers stay within the 512 of the 64K register file; FP8's transposing warps need 40 (at
+  // 32, ptxas spills their pipeline state), which the consumers' fewer P registers leave room for.
   static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
   static constexpr int kNumMmaThreads = kNumConsumerWarpgroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
-  static constexpr int kProducerRegisters = kNumConsumerWarpgroups == 2 ? 24 : 32;
-  static constexpr int kConsumerRegisters = kNumConsumerWarpgroups == 2 ? 240 : 160;
+  static constexpr int kNumTransposeThreads = kFp8 ? 96 : 0;
+  static constexpr int kProducerRegisters = kFp8 ? 40 : (kNumConsumerWarpgroups == 2 ? 24 : 32);
+  static constexpr int kConsumerRegisters =
+      kNumConsumerWarpgroups == 2 ? (kFp8 ? 232 : 240) : (kFp8 ? 152 : 160);
+  static_assert(kProducerRegisters + kNumConsumerWarpgroups * kConsumerRegisters <= 512);
 
   static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);
-  static_assert(kBlockN % 16 == 0, "P.V consumes keys in steps of 16");
-  static_assert(kHeadDim % 32 == 0, "shared-memory rows are built of 64- or 128-byte swizzle atoms");
+  static_assert(kBlockN % (kFp8 ? 32 : 16) == 0, "P.V consumes keys in WGMMA k-steps of 32 bytes");
+  static_assert(kHeadDim % 32 == 0, "shared-memory rows are built of 32-byte swizzle atoms");
+  static_assert(!kFp8 || 128 % kBlockN == 0, "a K scale block (a multiple of 128 rows) covers whole key blocks");
 
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O += P V
   using WarpgroupLayout = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
 
-  // Q and K from shared memory; P from registers (it never leaves them), V^T from shared memory,
-  // read MN-major because V is stored keys-by-head_dim exactly as TMA brought it in.
+  // Q and K from shared memory; P from registers (it never leaves them), V^T from shared memory:
+  // 16-bit reads it MN-major from V's buffer as TMA filled it, FP8 K-major from the transposed copy.
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
       WarpgroupLayout{}));
   using TiledMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
-                           GMMA::Major::K, GMMA::Major::MN>(),
+                           GMMA::Major::K, kFp8 ? GMMA::Major::K : GMMA::Major::MN>(),
       WarpgroupLayout{}));
 
-  // The widest swizzle whose atom row (64 or 32 elements) divides head_dim: bank-conflict-free for
-  // both TMA writes and WGMMA reads.
-  using SmemAtom = conditional_t<kHeadDim % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
-                                 GMMA::Layout_K_SW64_Atom<Element>>;
+  using SmemAtom = KMajorAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutO = SmemLayoutQ;
+  using SmemLayoutO = decltype(tile_to_shape(KMajorAtom<ElementOut, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(
       SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
-  // The same bytes as V, viewed (head_dim, keys, stage) as the B operand of P.V.
-  using SmemLayoutVt = decltype(composition(
-      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
-                                          Step<_2, _1, _3>{})));
-  // The epilogue stages O in V's buffer, not Q's: the next tile's Q and K then load while this
-  // tile's O is stored, and only the next tile's V waits for the store. The buffer holds either.
-  static constexpr int kVBufferElements = cute::max(cosize_v<SmemLayoutKV>, cosize_v<SmemLayoutO>);
+  // V^T, (head_dim, keys, stage), the B operand of P.V. 16-bit: the same bytes as V, viewed
+  // transposed. FP8: a buffer of its own, keys contiguous, which the transpose fills.
+  using SmemLayoutVt = conditional_t<
+      kFp8,
+      decltype(tile_to_shape(KMajorAtom<Element, kBlockN>{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
+      decltype(composition(SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                                               Step<_2, _1, _3>{})))>;
+  // The epilogue stages O in the buffer P.V reads (V's for 16-bit, Vt's for FP8), not Q's: the
+  // next tile's Q and K (and FP8's raw V) then load while this tile's O is stored, and only what
+  // writes that buffer next waits for the store. Sized in Elements for either content.
+  static constexpr int kOutputBytes = cosize_v<SmemLayoutO> * int(sizeof(ElementOut));
+  static constexpr int kPvOperandElements =
+      cute::max(cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>, kOutputBytes / int(sizeof(Element)));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;
+  // FP8: transposed V blocks, from the transposing warps to the consumers.
+  using TransposePipeline = cutlass::PipelineAsync<kStages>;
 
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);

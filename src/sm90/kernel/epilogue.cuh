@@ -1,9 +1,10 @@
-// The forward epilogue collective: O converted to the output type and staged in shared memory (V's
-// buffer, free once every consumer's last P V has retired) with stmatrix, then stored. Fixed
+// The forward epilogue collective: O converted to the output type and staged in shared memory (the
+// buffer P V read V from, free once every consumer's last P V has retired) with stmatrix, then stored. Fixed
 // lengths use one TMA store that clips the rows past seqlen_q; a variable-length batch stores row by
 // row instead, since a TMA store would clip only at the packed tensor's end and overwrite the next
 // sequence's rows. The log-sum-exp goes straight from registers, one thread per row. Its shared
-// storage is the mainloop's V buffer, so it owns parameters only.
+// storage is the mainloop's, so it owns parameters only. `Element` is the output's type
+// (Config::ElementOut), which FP8 inputs do not share.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -21,7 +22,7 @@ using namespace cute;
 
 template <class Config>
 struct ForwardEpilogue {
-  using Element = typename Config::Element;
+  using Element = typename Config::ElementOut;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
@@ -61,13 +62,14 @@ struct ForwardEpilogue {
   }
 
   // Signals `output_drained` (kNumMmaThreads arrivals) once shared memory may be overwritten.
+  // `buffer`: the mainloop's P V operand buffer, free once every consumer's last P V has retired.
   template <class TensorO, class RowStats>
-  __device__ static void store(Params const& params, Element* smem_o,
+  __device__ static void store(Params const& params, void* buffer,
                                cutlass::arch::ClusterBarrier& output_drained, TileCoord const& tile,
                                Sequence const& seq, int thread_idx, TensorO const& output,
                                RowStats const& lse) {
     typename Config::TiledMmaPV mma_pv;
-    Tensor sO = make_tensor(make_smem_ptr(smem_o), typename Config::SmemLayoutO{});
+    Tensor sO = make_tensor(make_smem_ptr(static_cast<Element*>(buffer)), typename Config::SmemLayoutO{});
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_pv);
     auto thread_copy = smem_copy.get_thread_slice(thread_idx);
     Tensor converted = convert_fragment<Element>(output);

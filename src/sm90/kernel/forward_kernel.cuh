@@ -1,7 +1,8 @@
 // The forward kernel, composed from a mainloop, an epilogue and a tile scheduler, each owning its
 // parameters (and, for the mainloop, the shared storage the epilogue reuses). Persistent: one CTA
 // per SM walks its share of the tiles. Warp-specialised: one producer warp (of a warpgroup that
-// gives most of its registers away) loads, kNumConsumerWarpgroups WGMMA warpgroups compute.
+// gives most of its registers away) loads, kNumConsumerWarpgroups WGMMA warpgroups compute; for
+// FP8 inputs the producer warpgroup's other three warps transpose V between the two.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -25,6 +26,10 @@ struct ForwardKernel {
     typename Scheduler::SharedStorage scheduler;
   };
   using Pipeline = typename Config::Pipeline;
+  using TransposePipeline = typename Config::TransposePipeline;
+  static constexpr bool kFp8 = Config::kFp8;
+  // Every thread that follows the tile sequence besides the producer warp, which draws it.
+  static constexpr int kTileReaders = Config::kNumMmaThreads + Config::kNumTransposeThreads;
   static constexpr int kNumThreads = Config::kNumThreads;
   static constexpr int kSharedMemoryBytes = sizeof(SharedStorage);
   static_assert(kSharedMemoryBytes <= 227 * 1024, "over Hopper's 227 KB of shared memory per CTA");
@@ -63,8 +68,9 @@ struct ForwardKernel {
       Epilogue::prefetch_descriptors(params.epilogue);
       shared.q_full.init(1);
       shared.output_drained.init(Config::kNumMmaThreads);
-      Scheduler::template init<Config::kNumMmaThreads>(storage.scheduler);
+      Scheduler::template init<kTileReaders>(storage.scheduler);
     }
+    const int producer_warp = is_producer ? int(threadIdx.x) / 32 : -1;
     typename Pipeline::Params pipeline_params;
     pipeline_params.transaction_bytes = Config::kKVTileBytes;
     pipeline_params.role = is_producer ? Pipeline::ThreadCategory::Producer
@@ -72,14 +78,28 @@ struct ForwardKernel {
     pipeline_params.is_leader = threadIdx.x == 0;
     pipeline_params.num_consumers = Config::kNumMmaThreads;
     Pipeline k_pipeline(shared.k_pipeline, pipeline_params, Shape<_1, _1, _1>{});
-    Pipeline v_pipeline(shared.v_pipeline, pipeline_params, Shape<_1, _1, _1>{});
+    // FP8: V's consumers are the transposing warps, and V^T's the consumer warpgroups.
+    typename Pipeline::Params v_pipeline_params = pipeline_params;
+    if constexpr (kFp8) {
+      v_pipeline_params.role = producer_warp == 0 ? Pipeline::ThreadCategory::Producer
+                                                  : Pipeline::ThreadCategory::Consumer;
+      v_pipeline_params.num_consumers = Config::kNumTransposeThreads;
+    }
+    Pipeline v_pipeline(shared.v_pipeline, v_pipeline_params, Shape<_1, _1, _1>{});
+    auto vt_pipeline = make_transpose_pipeline(shared, producer_warp);
     __syncthreads();  // barrier initialisation is visible to every role
 
-    using Cursor = typename Scheduler::template Cursor<Config::kNumMmaThreads>;
+    using Cursor = typename Scheduler::template Cursor<kTileReaders>;
     Cursor cursor(params.scheduler, storage.scheduler);
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
-      if (threadIdx.x / 32 != 0) return;  // one warp loads; the named barriers count it
+      if constexpr (kFp8) {
+        if (producer_warp != 0) {
+          transpose_tiles(params, shared, v_pipeline, vt_pipeline, cursor, int(threadIdx.x) - 32);
+          return;
+        }
+      }
+      if (producer_warp != 0) return;  // one warp loads; the named barriers count it
       auto write_state = cutlass::make_producer_start_state<Pipeline>();
       const bool leader = threadIdx.x == 0;
       int work_idx = 0;
@@ -107,12 +127,49 @@ struct ForwardKernel {
         Tensor output = partition_fragment_C(mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
         constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
         RowVector<kRows> lse;
-        Mainloop::mma(params.mainloop, shared, k_pipeline, v_pipeline, read_state, work.coord, work.mask,
-                      work.key_block_end, work_idx, thread_idx, output, lse);
-        Epilogue::store(params.epilogue, shared.v.data(), shared.output_drained, work.coord, work.seq,
-                        thread_idx, output, lse);
+        if constexpr (kFp8) {
+          Mainloop::mma(params.mainloop, shared, k_pipeline, vt_pipeline, read_state, work.coord, work.seq,
+                        work.mask, work.key_block_end, work_idx, thread_idx, output, lse);
+        } else {
+          Mainloop::mma(params.mainloop, shared, k_pipeline, v_pipeline, read_state, work.coord, work.seq,
+                        work.mask, work.key_block_end, work_idx, thread_idx, output, lse);
+        }
+        Epilogue::store(params.epilogue, Mainloop::pv_operand_buffer(shared), shared.output_drained, work.coord,
+                        work.seq, thread_idx, output, lse);
         ++work_idx;
       }
+    }
+  }
+
+  struct NoPipeline {};
+
+  // FP8: the pipeline of V^T blocks, from the three transposing warps to the consumer warpgroups.
+  __device__ static auto make_transpose_pipeline(typename Mainloop::SharedStorage& shared, int producer_warp) {
+    if constexpr (kFp8) {
+      typename TransposePipeline::Params params;
+      params.role = producer_warp > 0    ? TransposePipeline::ThreadCategory::Producer
+                    : producer_warp == 0 ? TransposePipeline::ThreadCategory::NonParticipant
+                                         : TransposePipeline::ThreadCategory::Consumer;
+      params.producer_arv_count = Config::kNumTransposeThreads;
+      params.consumer_arv_count = Config::kNumMmaThreads;
+      return TransposePipeline(shared.transpose.pipeline, params);
+    } else {
+      return NoPipeline{};
+    }
+  }
+
+  // FP8, the transposing warps: the tiles the producer warp loads, in its order.
+  template <class VtPipeline, class Cursor>
+  __device__ static void transpose_tiles(Params const& params, typename Mainloop::SharedStorage& shared,
+                                   Pipeline& v_pipeline, VtPipeline& vt_pipeline, Cursor& cursor, int thread) {
+    typename Config::PipelineState v_state;
+    auto vt_state = cutlass::make_producer_start_state<TransposePipeline>();
+    int work_idx = 0;
+    for (; cursor.valid(params.scheduler); cursor.consumer_advance(params.scheduler)) {
+      const TileWork work(params, cursor.tile);
+      if (work.key_block_end == 0) continue;
+      Mainloop::transpose_v(shared, v_pipeline, v_state, vt_pipeline, vt_state, work.key_block_end, work_idx, thread);
+      ++work_idx;
     }
   }
 };

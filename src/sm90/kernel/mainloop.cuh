@@ -9,8 +9,16 @@
 // (pingpong), the warpgroups take turns to issue, so one's softmax runs under the other's GEMMs;
 // across tiles, the next tile's K and Q load while this tile finishes (kQueryEmpty), and only its
 // V waits for this tile's output store (output_drained).
+//
+// FP8 (Config::kFp8): three more producer warps transpose each V block as it lands into V^T,
+// keys contiguous (FP8 WGMMA reads both operands K-major), and hand it to the consumers through a
+// second pipeline; the output store waits for those warps instead, and V's own loads never wait.
+// The consumers scale each score tile by its Q and K descales inside the softmax, round P to e4m3
+// in registers (no lane exchange: see accumulator_to_fp8_operand_a) and apply V's scale to O once.
 #pragma once
 
+#include <cute/arch/copy_sm75.hpp>
+#include <cute/arch/copy_sm90.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -33,27 +41,53 @@ struct ForwardMainloop {
   using Element = typename Config::Element;
   using Pipeline = typename Config::Pipeline;
   using PipelineState = typename Config::PipelineState;
+  using TransposePipeline = typename Config::TransposePipeline;
   using Mask = BlockMask<Config::kBlockM, Config::kBlockN, kCausal>;
+  static constexpr bool kFp8 = Config::kFp8;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
   static constexpr int kProducerThreads = 32;  // one warp issues every load
+  static constexpr int kTransposeThreads = Config::kNumTransposeThreads;
+
+  // FP8: V^T (and O after the last P V) and the pipeline that hands V^T blocks to the consumers.
+  struct TransposeStorage {
+    alignas(1024) cute::array_aligned<Element, Config::kPvOperandElements, 1024> vt;
+    typename TransposePipeline::SharedStorage pipeline;
+  };
+  struct NoStorage {};
+  static constexpr int kVElements = kFp8 ? cosize_v<typename Config::SmemLayoutKV> : Config::kPvOperandElements;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutKV>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, Config::kVBufferElements, 1024> v;  // and O
+    alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;  // and O, for 16-bit inputs
+    conditional_t<kFp8, TransposeStorage, NoStorage> transpose;
     cutlass::arch::ClusterTransactionBarrier q_full;
-    // Completes once per tile when the epilogue no longer reads O from V's buffer.
+    // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer.
     cutlass::arch::ClusterBarrier output_drained;
     typename Pipeline::SharedStorage k_pipeline;
     typename Pipeline::SharedStorage v_pipeline;
   };
 
+  // The buffer P V reads its B operand from, where the epilogue then stages O.
+  __device__ static Element* pv_operand_buffer(SharedStorage& shared) {
+    if constexpr (kFp8) {
+      return shared.transpose.vt.data();
+    } else {
+      return shared.v.data();
+    }
+  }
+
   using TmaQ = TmaLoad<Element, typename Config::SmemLayoutQ, Shape<Int<kBlockM>, Int<kHeadDim>>>;
   using TmaKV = TmaLoad<Element, decltype(take<0, 2>(typename Config::SmemLayoutKV{})),
                         Shape<Int<kBlockN>, Int<kHeadDim>>>;
+
+  struct Fp8Descales {
+    Fp8Scales q, k, v;
+  };
+  struct NoDescales {};
 
   struct Params {
     GmemShape shape_q, shape_kv;
@@ -62,9 +96,12 @@ struct ForwardMainloop {
     SeqlenLayout seqlens;
     int heads_per_kv_head;
     float softmax_scale;
+    conditional_t<kFp8, Fp8Descales, NoDescales> descales;
   };
 
-  static Params to_params(ForwardProblem const& p) {
+  // `Problem`: ForwardProblem, or Fp8ForwardProblem for FP8 inputs.
+  template <class Problem>
+  static Params to_params(Problem const& p) {
     const int tensor_batch = p.seqlens.varlen() ? 1 : int(p.seqlens.batch);
     Params params;
     params.shape_q = GmemShape{int32_t(p.seqlens.total_q), int32_t(p.head_dim), int32_t(p.heads_q),
@@ -77,6 +114,7 @@ struct ForwardMainloop {
     params.seqlens = p.seqlens;
     params.heads_per_kv_head = int(p.heads_per_kv_head());
     params.softmax_scale = p.softmax_scale;
+    if constexpr (kFp8) params.descales = {p.q_scales, p.k_scales, p.v_scales};
     return params;
   }
 
@@ -150,8 +188,9 @@ struct ForwardMainloop {
       shared.q_full.arrive_and_expect_tx(Config::kQTileBytes);
       copy(params.tma_load_q.with(reinterpret_cast<uint64_t&>(shared.q_full), 0), tQgQ, tQsQ);
     }
-    // V's buffer holds the previous tile's O until its store has read it.
-    shared.output_drained.wait((work_idx + 1) % 2);
+    // 16-bit: V's buffer holds the previous tile's O until its store has read it (FP8: V^T's,
+    // which the transposing warps wait for instead).
+    if constexpr (!kFp8) shared.output_drained.wait((work_idx + 1) % 2);
     // V of a block is consumed one step after its K, so it is loaded one step later too.
     for (--n_block; n_block >= 0; --n_block) {
       const PipelineState v_state = write_state;
@@ -163,16 +202,78 @@ struct ForwardMainloop {
     ++write_state;
   }
 
+  // FP8: run by the producer warpgroup's warps 1-3 (`thread` counts from 0 over them) for each tile
+  // with keys: every V block of the tile, in the order it was loaded, from V's ring into V^T's.
+  __device__ static void transpose_v(SharedStorage& shared, Pipeline& v_pipeline, PipelineState& v_state,
+                                     TransposePipeline& vt_pipeline, PipelineState& vt_state, int key_block_end,
+                                     int work_idx, int thread) {
+    // V^T's buffer holds the previous tile's O until its store has read it.
+    shared.output_drained.wait((work_idx + 1) % 2);
+    for (int n_block = 0; n_block < key_block_end; ++n_block) {
+      v_pipeline.consumer_wait(v_state);
+      vt_pipeline.producer_acquire(vt_state);
+      transpose_block(shared, v_state.index(), vt_state.index(), thread);
+      cutlass::arch::fence_view_async_shared();  // WGMMA reads V^T through the async proxy
+      vt_pipeline.producer_commit(vt_state);
+      v_pipeline.consumer_release(v_state);
+      ++v_state;
+      ++vt_state;
+    }
+  }
+
+  // One V block (keys x head_dim) to V^T (head_dim x keys) with the keys of each 16 in the order
+  // of P's FP8 operand (accumulator_to_fp8_operand_a): V^T[d][16h + 4c + m] = V[16h + 8(m / 2) +
+  // 2c + m % 2][d]. Units of 16 keys x 32 head_dim bytes, one per warp instruction triple:
+  //  - ldmatrix.trans (b16) of four 8 x 16-byte matrices: keys 0-7 and 8-15 at head_dim bytes
+  //    0-15, then at 16-31. Lane t (c = t % 4, u = t / 4) gets, of each, keys 2c and 2c + 1 at
+  //    head_dim bytes 2u and 2u + 1: bytes V[2c][2u], V[2c][2u+1], V[2c+1][2u], V[2c+1][2u+1].
+  //  - two byte permutes per register pair then give V[2c][d], V[2c+1][d], V[2c+8][d], V[2c+9][d]
+  //    for d = 2u and for 2u + 1: bytes 4c..4c+3 of V^T rows 2u and 2u + 1, exactly the four
+  //    bytes stmatrix takes from lane t for row u of a matrix.
+  //  - stmatrix of four matrices whose rows are V^T rows 2r (+1) for r < 4 and 2r + 1 (-1) above:
+  //    rows of distinct residue mod 8, so each matrix's eight 16-byte rows sit in distinct banks
+  //    under the 128- or 64-byte swizzle (lanes u >= 4 swap their pair to match).
+  // The loads are conflict-free likewise (eight consecutive keys).
+  __device__ static void transpose_block(SharedStorage& shared, int v_stage, int vt_stage, int thread) {
+    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), typename Config::SmemLayoutKV{})(_, _, v_stage);
+    Tensor sVt = make_tensor(make_smem_ptr(shared.transpose.vt.data()), typename Config::SmemLayoutVt{})(_, _, vt_stage);
+    constexpr int kWarps = kTransposeThreads / 32;
+    constexpr int kKeyChunks = kBlockN / 16;
+    constexpr int kUnits = kKeyChunks * (kHeadDim / 32);
+    const int warp = thread / 32, lane = thread % 32;
+    const int matrix = lane / 8, matrix_row = lane % 8;  // the row address this lane gives
+    const int load_key = matrix_row + 8 * (matrix % 2), load_dim = 16 * (matrix / 2);
+    const int store_dim = 16 * (matrix / 2) + 2 * matrix_row + ((matrix % 2) ^ (matrix_row >= 4 ? 1 : 0));
+    const bool swap = lane / 4 >= 4;
+    const uint32_t first = swap ? 0x7531 : 0x6420, second = swap ? 0x6420 : 0x7531;
+    // Not unrolled: the producer warpgroup has 32 registers, too few to hold every unit's addresses.
+#pragma unroll 1
+    for (int unit = warp; unit < kUnits; unit += kWarps) {
+      const int key0 = 16 * (unit % kKeyChunks), dim0 = 32 * (unit / kKeyChunks);
+      uint32_t r0, r1, r2, r3;
+      SM75_U16x8_LDSM_T::copy(*reinterpret_cast<uint128_t const*>(&sV(key0 + load_key, dim0 + load_dim)), r0, r1, r2,
+                              r3);
+      SM90_U32x4_STSM_N::copy(__byte_perm(r0, r1, first), __byte_perm(r0, r1, second), __byte_perm(r2, r3, first),
+                              __byte_perm(r2, r3, second), *reinterpret_cast<uint128_t*>(&sVt(dim0 + store_dim, key0)));
+    }
+  }
+
+  // A scale as the kernel uses it: a zero or negative one (which validation cannot see on this
+  // backend) becomes NaN, so its rows come out NaN rather than silently wrong.
+  __device__ static float usable_scale(float scale) { return scale > 0.f ? scale : __int_as_float(0x7fffffff); }
+
   // Run by every consumer thread; `thread_idx` counts from 0 over the consumer warpgroups. Returns
   // with the normalised output in `output` and the per-row log-sum-exp in `lse`.
-  template <class TensorO, class RowStats>
+  // `v_pipeline` hands over the B operand of P V: V blocks (the TMA pipeline) for 16-bit inputs,
+  // V^T blocks (the transpose pipeline) for FP8.
+  template <class PvPipeline, class TensorO, class RowStats>
   __device__ static void mma(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
-                             Pipeline& v_pipeline, PipelineState& read_state, TileCoord const& tile,
-                             Mask const& mask, int key_block_end, int work_idx, int thread_idx,
-                             TensorO& output, RowStats& lse) {
+                             PvPipeline& v_pipeline, PipelineState& read_state, TileCoord const& tile,
+                             Sequence const& seq, Mask const& mask, int key_block_end, int work_idx,
+                             int thread_idx, TensorO& output, RowStats& lse) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKV{});
-    Tensor sVt = make_tensor(make_smem_ptr(shared.v.data()), typename Config::SmemLayoutVt{});
+    Tensor sVt = make_tensor(make_smem_ptr(pv_operand_buffer(shared)), typename Config::SmemLayoutVt{});
 
     typename Config::TiledMmaQK mma_qk;
     typename Config::TiledMmaPV mma_pv;
@@ -184,8 +285,38 @@ struct ForwardMainloop {
     Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
-    OnlineSoftmax<kRows> softmax(params.softmax_scale);
+    OnlineSoftmax<kRows, kFp8> softmax(params.softmax_scale);
     clear(output);
+
+    // FP8: the Q scale of each of the thread's rows (rows past the sequence read its last row's),
+    // and the step's scores descaled by it times the key block's K scale, one per block.
+    RowVector<kRows> q_descale;
+    float v_descale = 1.f;
+    const int head_kv = kFp8 ? tile.head / params.heads_per_kv_head : 0;
+    if constexpr (kFp8) {
+      Tensor rows = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = min(tile.m_block * kBlockM + int(get<0>(rows(r, 0))), int(seq.seqlen_q) - 1);
+        Fp8Scales const& q_scales = params.descales.q;
+        q_descale(r) = usable_scale(__ldg(q_scales.data + q_scales.index(seq.tensor_batch, tile.head, seq.q_begin + row)));
+      }
+      Fp8Scales const& v_scales = params.descales.v;
+      v_descale = usable_scale(__ldg(v_scales.data + v_scales.index(seq.tensor_batch, head_kv, 0)));
+    }
+    auto softmax_step = [&](auto& scores, int n_block) {
+      if constexpr (kFp8) {
+        Fp8Scales const& k_scales = params.descales.k;
+        const float k_descale = usable_scale(
+            __ldg(k_scales.data + k_scales.index(seq.tensor_batch, head_kv, seq.k_begin + n_block * kBlockN)));
+        RowVector<kRows> descale;
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) descale(r) = q_descale(r) * k_descale;
+        return softmax.step(scores, descale);
+      } else {
+        return softmax.step(scores);
+      }
+    };
 
     const int unmasked_end = mask.unmasked_key_block_end(tile.m_block);
     PipelineState& k_state = read_state;
@@ -200,8 +331,8 @@ struct ForwardMainloop {
     k_pipeline.consumer_release(k_state);
     ++k_state;
     if (n_block >= unmasked_end) mask.apply(scores, tScS, tile.m_block, n_block);
-    softmax.step(scores);  // the output is still zero: nothing to rescale
-    Tensor p = convert_fragment<Element>(scores);
+    softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
+    Tensor p = convert_p(scores);
 
     auto overlapped_step = [&](int n_block, auto needs_mask) {
       Tensor next_scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
@@ -209,7 +340,7 @@ struct ForwardMainloop {
       v_pipeline.consumer_wait(v_state);
       Pingpong::wait_turn();
       warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), next_scores);
-      Tensor tOrP = make_tensor(p.data(), accumulator_as_operand_a(p.layout()));
+      Tensor tOrP = p_as_operand(p);
       warpgroup_gemm<false, false>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
       Pingpong::pass_turn();
       warpgroup_wait<1>();  // S retired; P V may still run
@@ -217,13 +348,13 @@ struct ForwardMainloop {
       k_pipeline.consumer_release(k_state);
       ++k_state;
       if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.m_block, n_block);
-      const auto rescale = softmax.step(next_scores);
+      const auto rescale = softmax_step(next_scores, n_block);
       warpgroup_wait<0>();
       warpgroup_fence_operand(output);
       v_pipeline.consumer_release(v_state);
       ++v_state;
-      OnlineSoftmax<kRows>::rescale_output(output, rescale);
-      p = convert_fragment<Element>(next_scores);
+      OnlineSoftmax<kRows, kFp8>::rescale_output(output, rescale);
+      p = convert_p(next_scores);
     };
     for (--n_block; n_block >= unmasked_end; --n_block) overlapped_step(n_block, cute::true_type{});
     for (; n_block >= 0; --n_block) overlapped_step(n_block, cute::false_type{});
@@ -231,11 +362,30 @@ struct ForwardMainloop {
     // Every Q K^T of this tile has retired: the producer may bring the next tile's Q.
     barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
     v_pipeline.consumer_wait(v_state);
-    Tensor tOrP = make_tensor(p.data(), accumulator_as_operand_a(p.layout()));
+    Tensor tOrP = p_as_operand(p);
     warpgroup_gemm<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
     v_pipeline.consumer_release(v_state);
 
-    lse = softmax.finalize(output, params.softmax_scale);
+    lse = softmax.finalize(output, params.softmax_scale, v_descale);
+  }
+
+  // P in the element type of P V, laid out (16-bit) as the accumulator or (FP8) as the operand.
+  template <class TensorS>
+  __device__ static auto convert_p(TensorS const& scores) {
+    if constexpr (kFp8) {
+      return accumulator_to_fp8_operand_a<Element>(scores);
+    } else {
+      return convert_fragment<Element>(scores);
+    }
+  }
+  // The A operand view of convert_p's result.
+  template <class TensorP>
+  __device__ static auto p_as_operand(TensorP& p) {
+    if constexpr (kFp8) {
+      return make_tensor(p.data(), p.layout());
+    } else {
+      return make_tensor(p.data(), accumulator_as_operand_a(p.layout()));
+    }
   }
 
   // Before the first tile: Q's buffer is free, and the first warpgroup has the first turn.

@@ -22,10 +22,20 @@ __device__ __forceinline__ float quad_allreduce(float value, Op op) {
 template <int kRows>
 using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 
-template <int kRows>
+// kFp8: the scores are those of e4m3 codes, so each row's true scores are its scores times a
+// descale (the Q scale of the row times the K scale of the block), handed to every step; and P is
+// to be rounded to e4m3, so it is computed as exp2(exponent + kPLog2Offset), in [0, 256] rather
+// than [0, 1]: e4m3 is normal from 2^-6, which then holds P down to 2^-14 of the row's max with
+// its full 3-bit mantissa instead of 2^-6. The row sum carries the same factor, which cancels in O
+// and is taken out of the LSE.
+template <int kRows, bool kFp8 = false>
 struct OnlineSoftmax {
-  // Per-thread row statistics. row_sum holds this thread's partial sum; the quad's partials are
-  // combined once at the end since every step rescales them by the same factor.
+  static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;
+  static constexpr float kPOffsetInverse = kFp8 ? 1.f / 256.f : 1.f;  // 2^-kPLog2Offset
+
+  // Per-thread row statistics, the max in true (descaled) score units. row_sum holds this thread's
+  // partial sum; the quad's partials are combined once at the end since every step rescales them
+  // by the same factor.
   RowVector<kRows> row_max, row_sum;
   float scale_log2;
 
@@ -37,8 +47,10 @@ struct OnlineSoftmax {
   // Turns the scores into P = exp(scale * (S - max)) in place and returns, per row, the factor by
   // which the output accumulated so far must be rescaled for the new row maxima. The maxima of all
   // rows first, then the exponentials, so the max shuffles of every row are in flight together.
+  // `descale` (kFp8 only): per row, the positive factor from the scores to true scores; a NaN
+  // makes the row NaN.
   template <class TensorS>
-  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
+  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, RowVector<kRows> const& descale) {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
     RowVector<kRows> rescale, max_or_zero;
@@ -49,6 +61,7 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s); ++c) block_max = fmaxf(block_max, s(r, c));
       block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
+      if constexpr (kFp8) block_max *= descale(r);  // the max of the products: descale > 0
       const float new_max = fmaxf(row_max(r), block_max);
       rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
       row_max(r) = new_max;
@@ -57,26 +70,41 @@ struct OnlineSoftmax {
     }
     // One FFMA per score (fused_softmax_exponent) while every row of the warp has a max small
     // enough for it; otherwise an FADD and an FMUL (softmax_exponent), exact at any magnitude.
+    // FP8 folds the descale into the FFMA's factor, and the exact form multiplies it in first.
     auto exponentiate = [&](auto exponent_of) {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const float scaled_max = max_or_zero(r) * scale_log2;
+        const float row_scale_log2 = kFp8 ? scale_log2 * descale(r) : scale_log2;
+        const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;
         float block_sum = 0.f;
         CUTE_UNROLL
         for (int c = 0; c < size<1>(s); ++c) {
-          s(r, c) = exp2f(exponent_of(s(r, c), max_or_zero(r), scaled_max));
+          s(r, c) = exp2f(exponent_of(s(r, c), r, row_scale_log2, shifted_max));
           block_sum += s(r, c);
         }
         row_sum(r) = row_sum(r) * rescale(r) + block_sum;
       }
     };
-    const float c = scale_log2;
     if (__all_sync(0xffffffff, fused)) {
-      exponentiate([c](float score, float, float scaled_max) { return fused_softmax_exponent(score, c, scaled_max); });
+      exponentiate([](float score, int, float row_scale_log2, float shifted_max) {
+        return fused_softmax_exponent(score, row_scale_log2, shifted_max);
+      });
     } else {
-      exponentiate([c](float score, float max, float) { return softmax_exponent(score, max, c); });
+      const float c = scale_log2;
+      exponentiate([&, c](float score, int r, float, float) {
+        const float true_score = kFp8 ? score * descale(r) : score;
+        return softmax_exponent(true_score, max_or_zero(r), c) + kPLog2Offset;
+      });
     }
     return rescale;
+  }
+
+  // 16-bit scores are true scores.
+  template <class TensorS>
+  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
+    static_assert(!kFp8, "FP8 scores need their descale");
+    RowVector<kRows> unused;
+    return step(scores, unused);
   }
 
   template <class TensorO>
@@ -97,18 +125,20 @@ struct OnlineSoftmax {
     }
   }
 
-  // Divides the output by the row sums and returns, per row, the log-sum-exp (natural log).
+  // Divides the output by the row sums, times `output_scale` (FP8: V's scale), and returns, per
+  // row, the log-sum-exp (natural log). A row that saw no key stays 0 whatever output_scale is.
   template <class TensorO>
-  __device__ __forceinline__ RowVector<kRows> finalize(TensorO& output, float softmax_scale) {
+  __device__ __forceinline__ RowVector<kRows> finalize(TensorO& output, float softmax_scale, float output_scale = 1.f) {
     Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
     RowVector<kRows> lse;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float sum = quad_allreduce(row_sum(r), [](float a, float b) { return a + b; });
       const float inverse = inverse_row_sum(sum);
-      lse(r) = row_log_sum_exp(row_max(r), sum, softmax_scale);
+      const float factor = kFp8 && inverse != 0.f ? inverse * output_scale : inverse;
+      lse(r) = row_log_sum_exp(row_max(r), sum * kPOffsetInverse, softmax_scale);
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= inverse;
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= factor;
     }
     return lse;
   }

@@ -1,10 +1,12 @@
-// Tile sizes per head_dim: the one place that trades registers against shared memory.
+// Tile sizes per head_dim and input size: the one place that trades registers against shared memory.
 //
 // Each consumer warpgroup holds, per thread, the output accumulator (64 x head_dim / 128 floats),
-// the scores (64 x kBlockN / 128 floats) and P as 16-bit pairs (half of the scores' registers), under
-// the 240 registers that setmaxnreg gives each of two consumer warpgroups (160 for three). Shared memory holds Q
-// (kBlockM x head_dim) and kStages buffers of K and of V (kBlockN x head_dim each), under 227 KB.
+// the scores (64 x kBlockN / 128 floats) and P (16-bit pairs: half of the scores' registers; FP8:
+// a quarter), under the 240 registers that setmaxnreg gives each of two consumer warpgroups (160 for
+// three). Shared memory holds Q (kBlockM x head_dim) and kStages buffers of K and of V (kBlockN x
+// head_dim each; FP8 a transposed copy of V as well), under 227 KB.
 //
+// 16-bit inputs:
 //   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V
 //   64        192 x 128          2       32 + 64 + 32           24 + 32 + 32 =  88 KB
 //   96        128 x 128          2       48 + 64 + 32           24 + 48 + 48 = 120 KB
@@ -18,32 +20,53 @@
 // tile is live as well: head_dim 192 keeps kBlockN at 96 for that register headroom. head_dim 256
 // is bound by shared memory: kBlockN = 80 is the largest multiple of 16 for which two stages of K
 // and V fit beside Q.
+//
+// FP8 inputs (e4m3; kBlockN divides 128, the K scale blocks' unit):
+//   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V + Vt
+//   64        192 x 128          2       32 + 64 + 16           12 + 16 + 16 + 24 (O) =  68 KB
+//   128       128 x 128          2       64 + 64 + 16           16 + 32 + 32 + 32     = 112 KB
+//   256       128 x  64          3      128 + 32 +  8           32 + 48 + 48 + 64 (O) = 192 KB
+// head_dim 256 is bound by registers (232 per consumer thread beside the transposing warps' 40):
+// 128-key blocks spill 240 bytes, 64-key blocks none, with a third stage in the room they leave.
 #pragma once
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim>
+template <int kHeadDim, int kElementBytes>
 struct TileSize;
 
 template <>
-struct TileSize<64> {
+struct TileSize<64, 2> {
   static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
 };
 template <>
-struct TileSize<96> {
+struct TileSize<96, 2> {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
 };
 template <>
-struct TileSize<128> {
+struct TileSize<128, 2> {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
 };
 template <>
-struct TileSize<192> {
+struct TileSize<192, 2> {
   static constexpr int kBlockM = 128, kBlockN = 96, kStages = 2;
 };
 template <>
-struct TileSize<256> {
+struct TileSize<256, 2> {
   static constexpr int kBlockM = 128, kBlockN = 80, kStages = 2;
+};
+
+template <>
+struct TileSize<64, 1> {
+  static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
+};
+template <>
+struct TileSize<128, 1> {
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+};
+template <>
+struct TileSize<256, 1> {
+  static constexpr int kBlockM = 128, kBlockN = 64, kStages = 3;
 };
 
 }  // namespace hopattn::sm90

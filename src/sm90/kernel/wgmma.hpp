@@ -52,6 +52,44 @@ __device__ __forceinline__ auto accumulator_as_operand_a(Layout const& acc) {
 }
 
 template <class To, class Engine, class Layout>
+__device__ __forceinline__ auto convert_fragment(Tensor<Engine, Layout> const& from);
+
+// The register A operand of an FP8 WGMMA (m64 n k32) holds, per k-step and thread, four bytes of
+// k-consecutive columns for rows r and r + 8, then the same 16 columns further: ((4, 2, 2), M, K/32)
+// in CuTe's order. An accumulator holds column pairs instead, (2c, 2c + 1) of each 8-column group
+// for quad lane c, so its own columns fill the operand in this order: value (i0, row, half) of
+// k-step s is the accumulator's column pair i0 % 2 of 8-column group 4s + 2 half + i0 / 2. That
+// assigns P's keys to the k index of P V in a permuted order, within each 16 keys (key
+// 16h + 8 (m / 2) + 2c + m % 2 at k index 16h + 4c + m); the V transpose writes V^T in the same
+// order (mainloop.cuh), so the product is unchanged and no register crosses lanes.
+template <class Element, class TensorAcc>
+__device__ __forceinline__ auto accumulator_to_fp8_operand_a(TensorAcc const& acc) {
+  Tensor acc_rc = make_tensor(acc.data(), accumulator_rows_cols(acc.layout()));
+  constexpr int kMmaM = decltype(size<1>(acc))::value;
+  constexpr int kColumns = decltype(size<1>(acc_rc))::value;  // per thread: 2 per 8-column group
+  static_assert(kColumns % 8 == 0, "a k-step of 32 columns holds 8 of each thread's");
+  Tensor operand = make_tensor<float>(Shape<Shape<_4, _2, _2>, Int<kMmaM>, Int<kColumns / 8>>{});
+  CUTE_UNROLL
+  for (int s = 0; s < kColumns / 8; ++s) {
+    CUTE_UNROLL
+    for (int m = 0; m < kMmaM; ++m) {
+      CUTE_UNROLL
+      for (int i0 = 0; i0 < 4; ++i0) {
+        CUTE_UNROLL
+        for (int row = 0; row < 2; ++row) {
+          CUTE_UNROLL
+          for (int half = 0; half < 2; ++half) {
+            const int column = i0 % 2 + 2 * (4 * s + 2 * half + i0 / 2);
+            operand(make_coord(i0, row, half), m, s) = acc_rc(make_coord(row, m), column);
+          }
+        }
+      }
+    }
+  }
+  return convert_fragment<Element>(operand);
+}
+
+template <class To, class Engine, class Layout>
 __device__ __forceinline__ auto convert_fragment(Tensor<Engine, Layout> const& from) {
   using From = typename Engine::value_type;
   constexpr int kSize = decltype(size(from))::value;
