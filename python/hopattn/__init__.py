@@ -6,12 +6,13 @@ from ._frontend import type_name as _type_name
 from ._lib import library
 from ._version import __version__
 from .attention import attention
+from .fp8 import attention_fp8, forward_fp8
 from .quantize import quantize_fp8
 from .varlen import attention_varlen
 
-__all__ = ["attention", "attention_varlen", "quantize_fp8", "HopattnError",
-           "InvalidArgumentError", "InvalidTypeError", "Status", "DType", "Backend", "version",
-           "build_info", "backend_available", "__version__"]
+__all__ = ["attention", "attention_varlen", "attention_fp8", "forward_fp8", "quantize_fp8",
+           "HopattnError", "InvalidArgumentError", "InvalidTypeError", "Status", "DType", "Backend",
+           "version", "build_info", "backend_available", "__version__"]
 
 _BACKENDS = {"cpu": Backend.CPU, "sm90": Backend.SM90}
 

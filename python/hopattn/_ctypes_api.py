@@ -22,7 +22,7 @@ class DType(enum.IntEnum):
     FLOAT32 = 0
     BFLOAT16 = 1
     FLOAT16 = 2
-    FLOAT8_E4M3 = 3  # only hopattn_quantize_fp8's output; attention refuses it
+    FLOAT8_E4M3 = 3  # hopattn_quantize_fp8's output, hopattn_forward_fp8's input
 
 
 class Fp8Scaling(enum.IntEnum):
@@ -110,6 +110,17 @@ class QuantizeOptions(ctypes.Structure):
     ]
 
 
+class Fp8Scales(ctypes.Structure):
+    """hopattn_fp8_scales: the float32 scales of one e4m3 tensor and their layout (a fixed value
+    type, like Tensor)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),  # const float*
+        ("scaling", ctypes.c_int),
+        ("block_rows", ctypes.c_int64),
+    ]
+
+
 # hopattn.h's defaults are inline C functions, so ctypes cannot call them: the struct is made
 # here, with the mirror's size, and the library writes its defaults into it. struct_size says how
 # much memory this mirror really holds, so that a library newer than the mirror writes and reads
@@ -144,6 +155,13 @@ QUANTIZE_FUNCTIONS = ("hopattn_init_quantize_options", "hopattn_quantize_fp8")
 
 def has_quantize(lib: ctypes.CDLL) -> bool:
     return all(hasattr(lib, name) for name in QUANTIZE_FUNCTIONS)
+
+
+FP8_FORWARD_FUNCTIONS = ("hopattn_forward_fp8", "hopattn_forward_fp8_workspace_size")
+
+
+def has_fp8_forward(lib: ctypes.CDLL) -> bool:
+    return all(hasattr(lib, name) for name in FP8_FORWARD_FUNCTIONS)
 
 
 # The backward entry points came with ABI 0.1's second half; a library built before them loads
@@ -191,6 +209,22 @@ def declare(lib: ctypes.CDLL) -> None:
         lib.hopattn_init_quantize_options.restype = ctypes.c_int
         lib.hopattn_quantize_fp8.argtypes = [tensor_p, tensor_p, ctypes.c_void_p, options_p]
         lib.hopattn_quantize_fp8.restype = ctypes.c_int
+    if has_fp8_forward(lib):
+        scales_p = ctypes.POINTER(Fp8Scales)
+        lib.hopattn_forward_fp8.argtypes = [
+            tensor_p, scales_p, tensor_p, scales_p, tensor_p, scales_p,  # q, k, v and scales
+            tensor_p,
+            ctypes.c_void_p,  # float* lse, or NULL
+            ctypes.POINTER(ForwardOptions),
+        ]
+        lib.hopattn_forward_fp8.restype = ctypes.c_int
+        lib.hopattn_forward_fp8_workspace_size.argtypes = [
+            tensor_p, tensor_p, tensor_p,
+            ctypes.c_int,  # hopattn_dtype o_dtype
+            ctypes.POINTER(ForwardOptions),
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
+        lib.hopattn_forward_fp8_workspace_size.restype = ctypes.c_int
     lib.hopattn_last_error.argtypes = []
     lib.hopattn_last_error.restype = ctypes.c_char_p
     lib.hopattn_status_name.argtypes = [ctypes.c_int]

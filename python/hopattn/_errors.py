@@ -39,8 +39,12 @@ class InvalidTypeError(InvalidArgumentError, TypeError):
 
 
 # The library names some arguments by their C spelling; a Python caller passes them as keyword
-# arguments of their own (hopattn_varlen's fields are attention_varlen's parameters).
-_C_SPELLINGS = (("varlen->", ""),)
+# arguments of their own (hopattn_varlen's fields are attention_varlen's parameters, the fields of
+# hopattn_forward_fp8's hopattn_fp8_scales are forward_fp8's q_scales, q_scaling, q_block_rows).
+_C_SPELLINGS = (("varlen->", ""),
+                *((f"{x}_scales->data", f"{x}_scales") for x in "qkv"),
+                *((f"{x}_scales->scaling", f"{x}_scaling") for x in "qkv"),
+                *((f"{x}_scales->block_rows", f"{x}_block_rows") for x in "qkv"))
 
 
 def python_message(message: str) -> str:

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from ._ctypes_api import (Backend, DType, Status, Tensor, default_backward_options,
-                          default_forward_options, has_backward)
+                          default_forward_options, default_quantize_options, has_backward)
 from ._errors import HopattnError, InvalidArgumentError, InvalidTypeError
 from ._lib import find_library, library
 
@@ -81,6 +81,12 @@ PACKED_K = Layout("packed", ("total_k", "heads", "head_dim"), (None, 0, 1, 2), "
 _NUMPY_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16": DType.BFLOAT16}
 _TORCH_DTYPES = {"torch.float32": DType.FLOAT32, "torch.float16": DType.FLOAT16,
                  "torch.bfloat16": DType.BFLOAT16}
+# e4m3 codes (hopattn.quantize_fp8's output, hopattn.forward_fp8's input): their bits as uint8, or
+# the OCP e4m3fn type itself (ml_dtypes' and torch's have the library's bit layout).
+_NUMPY_CODES = ("uint8", "float8_e4m3fn")
+_TORCH_CODES = ("torch.uint8", "torch.float8_e4m3fn")
+_CODES_RULE = ("e4m3 codes, as hopattn.quantize_fp8 returns them (uint8 bit patterns or "
+               "float8_e4m3fn)")
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 # The library scales in float32 and reads softmax_scale = 0 as "the default": a scale that is 0,
 # inf or subnormal in float32 would silently become the default, overflow, or lose its precision.
@@ -200,14 +206,19 @@ def _as_abi_layout(array):
 
 
 class NumpyFrontend:
-    """NumPy arrays (float32, float16, ml_dtypes bfloat16) on the CPU backend."""
+    """NumPy arrays (float32, float16, ml_dtypes bfloat16; e4m3 codes as uint8 or ml_dtypes
+    float8_e4m3fn) on the CPU backend. `first` names the argument that picked the frontend (q, or
+    quantize_fp8's x)."""
 
     backend = Backend.CPU
 
+    def __init__(self, first="q"):
+        self.first = first
+
     def array(self, name, array):
         if not isinstance(array, np.ndarray):
-            expected = ("a numpy.ndarray or torch.Tensor" if name == "q"
-                        else "a numpy.ndarray like q")
+            expected = ("a numpy.ndarray or torch.Tensor" if name == self.first
+                        else f"a numpy.ndarray like {self.first}")
             raise InvalidTypeError(f"{name}: expected {expected}, got {type_name(array)}")
         return array
 
@@ -230,6 +241,49 @@ class NumpyFrontend:
         strides = [s // array.itemsize for s in array.strides]
         shape, strides = layout.to_abi(name, array.shape, strides)
         return Tensor(array.ctypes.data, dtype, *shape, *strides[:3])
+
+    def codes(self, name, array, layout):
+        """(array to keep alive for the call, its Tensor) of e4m3 codes, read in place where the
+        ABI can read them, as input() does."""
+        array = self.array(name, array)
+        if array.dtype.name not in _NUMPY_CODES:
+            raise InvalidTypeError(f"{name}: dtype {array.dtype} is not {_CODES_RULE}")
+        array = _as_abi_layout(array)
+        strides = [s // array.itemsize for s in array.strides]
+        shape, strides = layout.to_abi(name, array.shape, strides)
+        return array, Tensor(array.ctypes.data, DType.FLOAT8_E4M3, *shape, *strides[:3])
+
+    def float32_array(self, name, array):
+        """(array to keep alive for the call, its address): float32 values in C order, such as FP8
+        scales; copied when the library could not read them in place."""
+        array = self.array(name, array)
+        if array.dtype.newbyteorder("=") != np.float32:
+            raise InvalidTypeError(f"{name}: dtype {array.dtype} is not supported; it must be "
+                                   "float32")
+        if not (array.dtype.isnative and array.flags.c_contiguous and array.flags.aligned):
+            array = np.array(array, dtype=np.float32, order="C", copy=True)
+        return array, array.ctypes.data
+
+    def empty_codes(self, shape):
+        return np.empty(shape, dtype=np.uint8)
+
+    def empty_dtype(self, name, shape, dtype: DType):
+        """An output of the library's dtype (float16 or bfloat16, which needs ml_dtypes)."""
+        if dtype == DType.FLOAT16:
+            return np.empty(shape, dtype=np.float16)
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise InvalidTypeError(f"{name}: bfloat16 NumPy arrays need the ml_dtypes package, "
+                                   "which is not installed; install it or ask for float16")
+        return np.empty(shape, dtype=ml_dtypes.bfloat16)
+
+    @contextlib.contextmanager
+    def quantize_options(self):
+        """Quantisation options for a call made inside the block, on this frontend's backend."""
+        options = default_quantize_options(library())
+        options.backend = self.backend
+        yield options
 
     def int32_vector(self, name, array):
         """(array to keep alive for the call, its address): a 1-D int32 array such as cu_seqlens."""
@@ -267,20 +321,23 @@ class TorchFrontend:
     data pointers, in the operators' real implementations only.
     """
 
-    def __init__(self, torch, q):
+    def __init__(self, torch, q, first="q"):
         self.torch = torch
+        self.first = first  # the argument that picked the frontend: q, or quantize_fp8's x
         self.device = q.device
         if self.device.type not in ("cpu", "cuda"):
-            raise InvalidArgumentError(f"q: device {q.device} is not supported; use a CPU or "
-                                       "CUDA tensor")
+            raise InvalidArgumentError(f"{first}: device {q.device} is not supported; use a CPU "
+                                       "or CUDA tensor")
         self.on_cuda = self.device.type == "cuda"
         self.backend = Backend.SM90 if self.on_cuda else Backend.CPU
 
     def array(self, name, t):
         if not isinstance(t, self.torch.Tensor):
-            raise InvalidTypeError(f"{name}: expected a torch.Tensor like q, got {type_name(t)}")
+            raise InvalidTypeError(f"{name}: expected a torch.Tensor like {self.first}, got "
+                                   f"{type_name(t)}")
         if t.device != self.device:
-            raise InvalidArgumentError(f"{name}: on {t.device}, but q is on {self.device}")
+            raise InvalidArgumentError(f"{name}: on {t.device}, but {self.first} is on "
+                                       f"{self.device}")
         return t
 
     def check(self, name, t, layout):
@@ -316,6 +373,52 @@ class TorchFrontend:
         dtype = self.dtype(name, t)
         shape, strides = layout.to_abi(name, t.shape, t.stride())
         return Tensor(t.data_ptr(), dtype, *shape, *strides[:3])
+
+    def codes(self, name, t, layout):
+        """(tensor to keep alive for the call, its Tensor) of e4m3 codes; host tensors whose
+        head_dim is not unit-stride are copied, CUDA ones refused, as input() does."""
+        self.array(name, t)
+        if str(t.dtype) not in _TORCH_CODES:
+            raise InvalidTypeError(f"{name}: dtype {t.dtype} is not {_CODES_RULE}")
+        if t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
+            if self.on_cuda:
+                raise InvalidArgumentError(
+                    f"{name}: head_dim must be contiguous (stride 1) for CUDA tensors, got stride "
+                    f"{t.stride(-1)}; call .contiguous() first")
+            t = t.contiguous()
+        shape, strides = layout.to_abi(name, t.shape, t.stride())
+        return t, Tensor(t.data_ptr(), DType.FLOAT8_E4M3, *shape, *strides[:3])
+
+    def float32_array(self, name, t):
+        """(tensor to keep alive for the call, its address): float32 values in C order (FP8
+        scales); host tensors copied when not contiguous, CUDA ones refused."""
+        self.array(name, t)
+        if t.dtype != self.torch.float32:
+            raise InvalidTypeError(f"{name}: dtype {t.dtype} is not supported; it must be "
+                                   "torch.float32")
+        if not t.is_contiguous():
+            if self.on_cuda:
+                raise InvalidArgumentError(f"{name}: must be contiguous for CUDA tensors; call "
+                                           ".contiguous() first")
+            t = t.contiguous()
+        return t, t.data_ptr()
+
+    def empty_codes(self, shape):
+        with self.torch.no_grad():
+            return self.torch.empty(shape, dtype=self.torch.float8_e4m3fn, device=self.device)
+
+    def empty_dtype(self, name, shape, dtype: DType):
+        torch_dtype = self.torch.float16 if dtype == DType.FLOAT16 else self.torch.bfloat16
+        with self.torch.no_grad():
+            return self.torch.empty(shape, dtype=torch_dtype, device=self.device)
+
+    @contextlib.contextmanager
+    def quantize_options(self):
+        with self._stream() as stream:
+            options = default_quantize_options(library())
+            options.backend = self.backend
+            options.cuda_stream = stream
+            yield options
 
     def check_int32_vector(self, name, t):
         """What int32_vector() would refuse, from metadata alone."""
@@ -414,8 +517,9 @@ def torch_ops_for(*tensors):
     return _torch_ops
 
 
-def frontend_for(q):
+def frontend_for(q, first="q"):
+    """The frontend of q's kind; `first` is q's name in the caller's messages."""
     torch = sys.modules.get("torch")  # a tensor can only exist if torch is already imported
     if torch is not None and isinstance(q, torch.Tensor):
-        return TorchFrontend(torch, q)
-    return NumpyFrontend()
+        return TorchFrontend(torch, q, first)
+    return NumpyFrontend(first)

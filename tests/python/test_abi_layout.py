@@ -20,7 +20,7 @@ HEADER = Path(__file__).resolve().parents[2] / "include" / "hopattn" / "hopattn.
 # C type name -> its mirror. A struct the header gains without a mirror fails the test below.
 STRUCTS = {"hopattn_tensor": api.Tensor, "hopattn_forward_options": api.ForwardOptions,
            "hopattn_varlen": api.Varlen, "hopattn_backward_options": api.BackwardOptions,
-           "hopattn_quantize_options": api.QuantizeOptions}
+           "hopattn_quantize_options": api.QuantizeOptions, "hopattn_fp8_scales": api.Fp8Scales}
 # C enum name -> (mirror, the prefix the mirror's member names drop).
 ENUMS = {"hopattn_status": (api.Status, ("HOPATTN_ERROR_", "HOPATTN_")),
          "hopattn_dtype": (api.DType, ("HOPATTN_DTYPE_",)),
@@ -112,6 +112,7 @@ def test_header_is_parsed():
     assert enums["hopattn_dtype"] == ["HOPATTN_DTYPE_FLOAT32", "HOPATTN_DTYPE_BFLOAT16",
                                       "HOPATTN_DTYPE_FLOAT16", "HOPATTN_DTYPE_FLOAT8_E4M3"]
     assert structs["hopattn_quantize_options"][:3] == ["struct_size", "scaling", "block_rows"]
+    assert structs["hopattn_fp8_scales"] == ["data", "scaling", "block_rows"]
 
 
 def test_every_struct_and_enum_has_a_mirror():
