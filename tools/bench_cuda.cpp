@@ -53,31 +53,40 @@ bool download(const DeviceBuffer& device, std::vector<T>& host, TimedRun& run) {
 TimedRun time_on_sm90(HostTensors& tensors, const hopattn_forward_options& host_options, int warmup,
                       int iters) {
   TimedRun run;
-  DeviceBuffer q, k, v, o, lse, cu_seqlens;
+  DeviceBuffer q, k, v, o, lse, cu_seqlens, q_scales, k_scales, v_scales;
   Events events;
   Stream stream;
-  if (!upload(tensors.q, q, run) || !upload(tensors.k, k, run) || !upload(tensors.v, v, run) ||
-      !upload(tensors.o, o, run) || !upload(tensors.lse, lse, run) ||
+  // An FP8 case uploads its e4m3 codes and scales in place of the bfloat16 inputs.
+  const Fp8Inputs& fp8 = tensors.fp8;
+  const bool is_fp8 = tensors.is_fp8;
+  if (!upload(is_fp8 ? fp8.q : tensors.q, q, run) || !upload(is_fp8 ? fp8.k : tensors.k, k, run) ||
+      !upload(is_fp8 ? fp8.v : tensors.v, v, run) || !upload(tensors.o, o, run) ||
+      !upload(tensors.lse, lse, run) ||
       (tensors.is_varlen && !upload(tensors.cu_seqlens, cu_seqlens, run)) ||
+      (is_fp8 && (!upload(fp8.q_scales, q_scales, run) || !upload(fp8.k_scales, k_scales, run) ||
+                  !upload(fp8.v_scales, v_scales, run))) ||
       failed(cudaStreamCreateWithFlags(&stream.stream, cudaStreamNonBlocking), "stream", run) ||
       failed(cudaEventCreate(&events.start), "cudaEventCreate", run) ||
       failed(cudaEventCreate(&events.stop), "cudaEventCreate", run))
     return run;
 
-  hopattn_tensor tq = tensors.tq, tk = tensors.tk, tv = tensors.tv, to = tensors.to;
-  tq.data = q.ptr;
-  tk.data = k.ptr;
-  tv.data = v.ptr;
-  to.data = o.ptr;
-  // The SM90 backend reads the prefix sums on the device.
-  hopattn_varlen varlen = tensors.varlen;
-  varlen.cu_seqlens_q = varlen.cu_seqlens_k = static_cast<const int32_t*>(cu_seqlens.ptr);
+  CallArguments arguments = host_arguments(tensors);
+  arguments.q.data = q.ptr;
+  arguments.k.data = k.ptr;
+  arguments.v.data = v.ptr;
+  arguments.o.data = o.ptr;
+  arguments.lse = static_cast<float*>(lse.ptr);
+  // The SM90 backend reads the prefix sums and the scales on the device.
+  arguments.varlen.cu_seqlens_q = arguments.varlen.cu_seqlens_k =
+      static_cast<const int32_t*>(cu_seqlens.ptr);
+  arguments.q_scales.data = static_cast<const float*>(q_scales.ptr);
+  arguments.k_scales.data = static_cast<const float*>(k_scales.ptr);
+  arguments.v_scales.data = static_cast<const float*>(v_scales.ptr);
   hopattn_forward_options options = host_options;
   options.cuda_stream = stream.stream;
   for (int i = 0; i < warmup + iters; ++i) {
     if (failed(cudaEventRecord(events.start, stream.stream), "cudaEventRecord", run)) return run;
-    run.status =
-        run_forward(tensors, tq, tk, tv, to, static_cast<float*>(lse.ptr), varlen, options);
+    run.status = run_forward(tensors, arguments, options);
     if (run.status != HOPATTN_OK) {
       run.error = hopattn_last_error();
       return run;

@@ -11,7 +11,17 @@
 
 namespace hopattn::bench {
 
-// One case's tensors in host memory, described as the C ABI sees them.
+// An FP8 case's inputs (--dtype e4m3): q, k and v quantised on the host (hopattn_quantize_fp8) to
+// e4m3 codes with their float32 scales, described as the C ABI sees them.
+struct Fp8Inputs {
+  std::vector<unsigned char> q, k, v;
+  std::vector<float> q_scales, k_scales, v_scales;
+  hopattn_tensor tq{}, tk{}, tv{};  // data points into the vectors above
+  hopattn_fp8_scales sq{}, sk{}, sv{};
+};
+
+// One case's tensors in host memory, described as the C ABI sees them. For an FP8 case q, k and v
+// are the bfloat16 inputs before quantisation (what the reference reads), o its bfloat16 output.
 struct HostTensors {
   std::vector<unsigned char> q, k, v, o;
   std::vector<float> lse;                 // (batch, heads_q, seqlen_q) or (heads_q, total_q)
@@ -21,12 +31,24 @@ struct HostTensors {
   bool is_varlen = false;
   std::vector<int32_t> cu_seqlens;
   hopattn_varlen varlen{};
+  bool is_fp8 = false;  // the call is hopattn_forward_fp8 on `fp8`
+  Fp8Inputs fp8;
 };
 
-// hopattn_forward or hopattn_forward_varlen, as the tensors say, with these pointers.
-hopattn_status run_forward(const HostTensors& tensors, const hopattn_tensor& q,
-                           const hopattn_tensor& k, const hopattn_tensor& v, hopattn_tensor& o,
-                           float* lse, const hopattn_varlen& varlen,
+// The arguments of one forward call: the host tensors' own pointers, or their device copies.
+// q, k and v are the e4m3 codes (with their scales) for an FP8 case.
+struct CallArguments {
+  hopattn_tensor q{}, k{}, v{}, o{};
+  float* lse = nullptr;
+  hopattn_varlen varlen{};
+  hopattn_fp8_scales q_scales{}, k_scales{}, v_scales{};
+};
+
+// The host pointers of `tensors`.
+CallArguments host_arguments(HostTensors& tensors);
+
+// hopattn_forward, hopattn_forward_varlen or hopattn_forward_fp8, as the tensors say.
+hopattn_status run_forward(const HostTensors& tensors, CallArguments& arguments,
                            const hopattn_forward_options& options);
 
 struct TimedRun {

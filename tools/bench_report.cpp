@@ -305,6 +305,7 @@ void JsonLinesWriter::write_case(size_t index, const CaseResult& r) {
   line += ", \"rmse\": " + json_number(r.rmse);
   line += ", \"lse_max_abs_error\": " + json_number(r.lse_max_abs_error);
   line += ", \"rel_error_tolerance\": " + json_number(rel_error_tolerance(s.dtype));
+  line += ", \"lse_tolerance\": " + json_number(lse_tolerance(s.dtype));
   line += ", \"output_has_nan\": " + std::string(r.output_has_nan ? "true" : "false");
   line += ", \"pass\": " + std::string(r.pass ? "true" : "false") + "}";
   write_line(line);

@@ -29,8 +29,11 @@ struct CaseResult {
 };
 
 // Largest relative error that passes, by input dtype: float32 accumulation for fp32; the
-// half types add their rounding of P and O (8 and 11 significant bits).
+// half types add their rounding of P and O (8 and 11 significant bits); e4m3 (the FP8 forward on
+// quantised bfloat16 inputs, checked against those inputs) the rounding of Q, K and V to 4 bits.
 double rel_error_tolerance(hopattn_dtype dtype);
+// Largest |lse - reference| that passes, by input dtype.
+double lse_tolerance(hopattn_dtype dtype);
 
 CaseResult run_case(const CaseSpec& spec);
 

@@ -122,6 +122,33 @@ class HopattnBenchCli(unittest.TestCase):
         self.assertEqual(refused["status"], "HOPATTN_ERROR_UNSUPPORTED")
         self.assertIn("head_dim 600", refused["error"])
 
+    def test_e4m3_runs_the_fp8_forward_and_checks_it_within_fp8_accuracy(self):
+        out = self.path("fp8.jsonl")
+        result = bench(*TINY, "--seqlen-q", "300", "--seqlen-k", "200", "--heads", "4",
+                       "--heads-kv", "2", "--head-dim", "64,48", "--causal", "--dtype",
+                       "e4m3,bf16", "--json", out)
+        self.assertEqual(result.returncode, EXIT_OK, result.stdout + result.stderr)
+        self.assertRegex(result.stdout, r"\(1,300,200,4,2,64\) +e4m3 +yes .* PASS")
+        _, *cases = read_json_lines(out)
+        self.assertEqual([(c["dtype"], c["head_dim"]) for c in cases],
+                         [("e4m3", 64), ("bf16", 64), ("e4m3", 48), ("bf16", 48)])
+        fp8, bf16 = cases[0], cases[1]
+        self.assertTrue(fp8["pass"] and bf16["pass"])
+        self.assertEqual((fp8["rel_error_tolerance"], fp8["lse_tolerance"]), (0.1, 0.25))
+        # Against the unquantised inputs: FP8 costs accuracy (a few percent), bf16 little.
+        self.assertGreater(fp8["rel_error"], 5 * bf16["rel_error"])
+        self.assertLess(fp8["rel_error"], 0.1)
+        self.assertEqual(fp8["flops"], bf16["flops"])
+
+    def test_e4m3_has_no_varlen_form(self):
+        result = bench("--backend", "cpu", "--varlen", "16,32", "--dtype", "e4m3")
+        self.assertEqual(result.returncode, EXIT_USAGE)
+        self.assertIn("--varlen: cannot be combined with --dtype e4m3", result.stderr)
+        self.assert_nothing_ran(result)
+        result = bench(*TINY, "--dtype", "fp8")
+        self.assertEqual(result.returncode, EXIT_USAGE)
+        self.assertIn("--dtype: 'fp8' is not one of fp32, bf16, fp16, e4m3", result.stderr)
+
     def test_unknown_option_suggests_the_nearest(self):
         for given, suggested in (("--warmpu", "--warmup"), ("--jsn", "--json"),
                                  ("--thread", "--threads"), ("-plot", "--plot")):
