@@ -249,9 +249,12 @@ TEST_P(Sm90Fp8Forward, MatchesFloat64ReferenceOfTheDequantisedInputs) {
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   const double rmse = std::sqrt(err2 / double(out.size()));
   ::testing::Test::RecordProperty("relative_error", std::to_string(rel));
-  // P in e4m3 gives ~3.6% (a single key per row, seqlen 1, none); the LSE comes from float32 P.
+  // P in e4m3 gives 1.4-2.5% on the H200 (a single key per row, seqlen 1, none). The LSE comes from
+  // float32 P, but S from FP8 WGMMAs, whose accumulation keeps fewer bits than float32 (DeepSeek-V3
+  // measured about 14 on Hopper): scores of rows that see one key are off by up to ~1e-3 (measured
+  // 1.1e-3 at most), a key masked by mistake by far more.
   EXPECT_LT(rel, 0.06) << "rmse " << rmse << ", max abs error " << max_abs;
-  EXPECT_LT(lse_max_error, 1e-3) << "relative error " << rel;
+  EXPECT_LT(lse_max_error, 4e-3) << "relative error " << rel;
   std::printf("[ sm90 fp8 ] %-72s rel %.3e  rmse %.3e  lse max err %.3e\n", name_of(c).c_str(), rel, rmse,
               lse_max_error);
 }
