@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/fp8_scale.hpp"
 #include "core/hadamard.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/thread_pool.hpp"
@@ -23,9 +24,6 @@ float nan_max(float amax, float value) {
   if (std::isnan(amax) || std::isnan(magnitude)) return std::numeric_limits<float>::quiet_NaN();
   return magnitude > amax ? magnitude : amax;
 }
-
-// The scale of a block from its amax: amax / 448; 1 for a block of zeros; NaN or inf stays.
-float scale_of(float amax) { return amax == 0.f ? 1.f : amax / kFloat8E4M3Max; }
 
 // Row `row` of head `head` of batch `b`, as float32, rotated when the problem says so.
 template <class Element>
@@ -83,7 +81,7 @@ void quantize(const QuantizeProblem& p) {
     for (float& a : amax) a = tensor_amax;
   }
   std::vector<float> scale(amax.size());
-  for (size_t i = 0; i < amax.size(); ++i) scale[i] = scale_of(amax[i]);
+  for (size_t i = 0; i < amax.size(); ++i) scale[i] = fp8_scale_of(amax[i]);
   // kHead and kBlock store one scale per block of each (batch, head), kTensor the one.
   const size_t stored = p.scaling == Fp8Scaling::kTensor ? 1 : scale.size();
   for (size_t i = 0; i < stored; ++i) p.scales[i] = scale[i];

@@ -1,0 +1,84 @@
+// The scale rule of FP8 quantisation (hopattn_quantize_fp8), defined once for the CPU backend and
+// the SM90 kernel, with the IEEE float operations that make the two round alike.
+//
+// The SM90 library is compiled with --use_fast_math, under which `a / b` is an approximation and
+// even the intrinsics __fadd_rn, __fmul_rn and __fdiv_rn flush subnormals to zero (they become
+// add.rn.ftz.f32 and so on), as does every float comparison (setp.*.ftz). The ieee_* operations
+// below are explicit .rn PTX without .ftz on the device (an explicit rounding modifier also keeps
+// ptxas from fusing a multiply into a neighbouring add), and the plain operators on the host, which
+// the CPU backend's build (no fast-math, no -march and so no FMA to contract into) rounds one by
+// one; so both sides compute the same correctly rounded IEEE single-precision result, subnormals
+// included. Tests of a float's class go through its bits for the same reason.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.hpp"
+#include "core/host_device.hpp"
+
+namespace hopattn {
+
+HOPATTN_HOST_DEVICE float ieee_add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float sum;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(sum) : "f"(a), "f"(b));
+  return sum;
+#else
+  return a + b;
+#endif
+}
+
+HOPATTN_HOST_DEVICE float ieee_sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float difference;
+  asm("sub.rn.f32 %0, %1, %2;" : "=f"(difference) : "f"(a), "f"(b));
+  return difference;
+#else
+  return a - b;
+#endif
+}
+
+HOPATTN_HOST_DEVICE float ieee_mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float product;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(product) : "f"(a), "f"(b));
+  return product;
+#else
+  return a * b;
+#endif
+}
+
+HOPATTN_HOST_DEVICE float ieee_div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float quotient;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(quotient) : "f"(a), "f"(b));
+  return quotient;
+#else
+  return a / b;
+#endif
+}
+
+HOPATTN_HOST_DEVICE bool is_nan_bits(float value) { return (bits_of(value) & 0x7fffffffu) > 0x7f800000u; }
+HOPATTN_HOST_DEVICE bool is_finite_bits(float value) { return (bits_of(value) & 0x7f800000u) != 0x7f800000u; }
+
+// The NaN a NaN scale is written as, whichever NaN the amax was (x86 and the GPU propagate
+// different payloads): so that both backends' scales agree in every bit.
+constexpr uint32_t kFp8ScaleNaNBits = 0x7fc00000u;
+
+// The scale of a block of values from its amax, the largest |value| of the block (NaN if any value
+// is NaN, +inf if any is infinite and none NaN):
+//   amax / 448, e4m3's largest finite value, so that the largest |value| becomes code 448;
+//   1 for a block of zeros, so that it dequantises to exact zeros;
+//   the smallest positive subnormal, 2^-149, where amax / 448 underflows to 0 (amax below
+//   448 * 2^-150): a scale of 0 would make the block's codes infinities and NaNs, where 2^-149 keeps
+//   every |value| / scale an integer below 224, which e4m3 holds to its 4 significant bits;
+//   +inf for +inf, NaN (kFp8ScaleNaNBits) for NaN: the block's codes are then all NaN (0x7f).
+HOPATTN_HOST_DEVICE float fp8_scale_of(float amax) {
+  const uint32_t magnitude = bits_of(amax) & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return float_of_bits(kFp8ScaleNaNBits);
+  if (magnitude == 0) return 1.f;
+  const float scale = ieee_div(float_of_bits(magnitude), kFloat8E4M3Max);
+  return bits_of(scale) == 0 ? float_of_bits(1u) : scale;
+}
+
+}  // namespace hopattn

@@ -1,0 +1,578 @@
+// FP8 quantisation on the GPU (hopattn_quantize_fp8 on the SM90 backend): bit for bit the codes
+// and scales of the CPU backend (cpu/quantize_fp8.cpp), because every step is the same IEEE
+// operation on the same operands:
+//   - x is read with core/dtype.hpp's to_float and rotated as core/hadamard.hpp's hadamard_rotate
+//     does: D from hadamard_sign, fast_walsh_hadamard's butterflies spread over the lanes of a row
+//     (rotate() says why that is the same sequence of operations per element), its normalising
+//     factor taken from fast_walsh_hadamard itself (normalising_factor());
+//   - the scale is core/fp8_scale.hpp's fp8_scale_of, the code from_float<float8_e4m3>(value /
+//     scale), and a block whose scale is not finite gets NaN codes (0x7f), as on the CPU;
+//   - every rounding float operation is an ieee_* of core/fp8_scale.hpp (.rn PTX without .ftz:
+//     this library is compiled with --use_fast_math), and every test of a float goes through its
+//     bits;
+//   - a block's amax is the maximum of the bits of |value| as unsigned integers: for non-negative
+//     floats the integer order is the float order, and every NaN (0x7f800001 and up) lies above
+//     +inf (0x7f800000), so a block holding a NaN gets a NaN amax and one holding an infinity (and
+//     no NaN) +inf, as the CPU's nan_max gives; fp8_scale_of maps every NaN to one NaN.
+//
+// Work is split into tiles: up to kTileRows consecutive rows of one (batch, head), a CTA per tile
+// at a time (a grid-stride loop, so any number of tiles fits the grid). Within a tile a row belongs
+// to a group of `lanes` lanes of a warp (a power of two, up to 32), each holding `chunks` vectors of
+// kVec consecutive elements: element (j * lanes + sublane) * kVec + k sits in values[j][k]. kVec is
+// the widest load (up to 16 bytes) that head_dim and the alignment of x and out allow.
+//
+// Two schedules:
+//   fused      block and head scales whose blocks are at most kTileRows rows: each tile holds
+//              whole blocks. The CTA reduces their amaxes in shared memory, writes their scales,
+//              then reads the tile again (from L2, where the first pass just left it) and writes
+//              the codes: x comes from DRAM once.
+//   two passes tensor scales, and longer blocks: an amax kernel reduces each tile in shared
+//              memory and folds the result into a workspace of one amax per scale (atomicMax on
+//              the bits; stream-ordered memory, zeroed first); then a codes kernel derives the
+//              scales of each tile from the workspace, writes the codes, and the tile holding the
+//              first row of a block writes its scale. x is read twice.
+// Either way each scale has one writer, and every element of out one.
+// Rotations are recomputed in the second read rather than kept, as on the CPU.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/fp8_scale.hpp"
+#include "core/hadamard.hpp"
+#include "core/problem.hpp"
+#include "sm90/device_check.hpp"
+#include "sm90/dispatch_common.hpp"
+#include "sm90/sm90_backend.hpp"
+
+namespace hopattn::sm90 {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// 4 CTAs of 256 threads per SM, so at most 64 registers: enough loads in flight to cover DRAM's
+// latency (each lane has 32 or 64 bytes of its row outstanding). The one-element vectors of
+// unaligned tensors (16 chunks of 1) take 3, with up to 80 registers, and so do not spill.
+template <int kVec>
+constexpr int kMinBlocksPerSm = kVec == 1 ? 3 : 4;
+// Rows of a tile; also the longest block the fused schedule takes (its shared memory holds one
+// amax and one scale per block of the tile, at most kTileRows).
+constexpr int kTileRows = 128;
+// Each lane's share of a row, kVec * chunks; 32 lanes of it bound head_dim.
+constexpr int kValuesPerLane = 16;
+constexpr int64_t kMaxHeadDim = 32 * kValuesPerLane;  // 512, cpu::kMaxHeadDim
+
+// An unsigned integer (or vector of them) of kBytes bytes: what a lane loads or stores at once.
+template <int kBytes>
+struct BitsOf;
+template <>
+struct BitsOf<1> {
+  using type = uint8_t;
+};
+template <>
+struct BitsOf<2> {
+  using type = uint16_t;
+};
+template <>
+struct BitsOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct BitsOf<8> {
+  using type = uint2;
+};
+template <>
+struct BitsOf<16> {
+  using type = uint4;
+};
+
+struct Params {
+  const void* x;
+  uint8_t* out;           // float8_e4m3 codes
+  float* scales;
+  uint32_t* amax_bits;    // two passes: one amax per scale, as float bits, zeroed; fused: null
+  int64_t seqlen, heads;
+  Strides x_stride, out_stride;
+  Fp8Scales layout;       // index(b, head, row): the one definition of a row's scale
+  int64_t tile_rows;      // rows per tile (fused: whole blocks)
+  int64_t tiles_per_head, tiles;
+  int lanes, log2_lanes;  // lanes per row
+  int chunks;             // vectors per lane that hold elements of the row
+  int vectors;            // head_dim / kVec
+  bool hadamard;
+  uint64_t seed;
+  float norm;             // fast_walsh_hadamard's 1 / sqrt(head_dim)
+};
+
+// Rows [begin, end) of head `head` of batch `b`; their scales are layout entries first_scale to
+// first_scale + scale_count - 1.
+struct Tile {
+  int64_t b, head, begin, end;
+  int64_t first_scale;
+  int scale_count;
+  int64_t phase;       // block scales: begin % block_rows
+};
+
+__device__ Tile tile_of(const Params& p, int64_t t) {
+  const int64_t head_index = t / p.tiles_per_head;
+  Tile tile;
+  tile.b = head_index / p.heads;
+  tile.head = head_index % p.heads;
+  tile.begin = (t % p.tiles_per_head) * p.tile_rows;
+  tile.end = min(p.seqlen, tile.begin + p.tile_rows);
+  tile.first_scale = p.layout.index(tile.b, tile.head, tile.begin);
+  tile.scale_count = static_cast<int>(p.layout.index(tile.b, tile.head, tile.end - 1) - tile.first_scale + 1);
+  tile.phase = p.layout.scaling == Fp8Scaling::kBlock ? tile.begin % p.layout.block_rows : 0;
+  return tile;
+}
+
+// layout.index(b, head, tile.begin + r) - tile.first_scale, without index()'s 64-bit division per
+// row: (phase + r) / block_rows, which is 0 or 1 for blocks longer than a tile.
+__device__ int slot_of(const Params& p, const Tile& tile, int r) {
+  if (p.layout.scaling != Fp8Scaling::kBlock) return 0;
+  if (p.layout.block_rows > kTileRows) return r >= p.layout.block_rows - tile.phase ? 1 : 0;
+  return (static_cast<int>(tile.phase) + r) / static_cast<int>(p.layout.block_rows);
+}
+
+// This thread's place in the rows of a tile, and the signs of D for the elements it holds.
+template <int kVec, int kChunks>
+struct RowLane {
+  int warp_row;       // the first row of the tile's passes this lane's group takes
+  int sublane;        // its place among the row's lanes
+  uint32_t negative;  // bit j * kVec + k: D's entry for values[j][k] is -1
+
+  __device__ explicit RowLane(const Params& p) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int rows_per_warp = 32 >> p.log2_lanes;
+    warp_row = static_cast<int>(threadIdx.x / 32) * rows_per_warp + (lane >> p.log2_lanes);
+    sublane = lane & (p.lanes - 1);
+    negative = 0;
+    if (!p.hadamard) return;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const int i = (j * p.lanes + sublane) * kVec + k;
+        if (j < p.chunks && hadamard_sign(p.seed, static_cast<uint64_t>(i)) < 0.f) negative |= 1u << (j * kVec + k);
+      }
+    }
+  }
+};
+
+// fn(r, active) for every row begin + r of the tile, each lane group taking one row per pass;
+// `active` is false for the rows past the tile's end of the last pass, whose lanes still run
+// (the rotation's shuffles need every lane of the warp).
+template <class Fn>
+__device__ void for_each_row(const Params& p, const Tile& tile, int warp_row, Fn&& fn) {
+  const int rows = static_cast<int>(tile.end - tile.begin);
+  const int rows_per_pass = kWarps * (32 >> p.log2_lanes);
+  for (int first = 0; first < rows; first += rows_per_pass) {
+    const int r = first + warp_row;
+    fn(r, r < rows);
+  }
+}
+
+// The lane's elements of row `row`, as float32 (zeros where the lane holds none, or !active).
+// kLastUse: the tile's last read of x, streamed past the caches.
+template <class Element, int kVec, int kChunks, bool kLastUse>
+__device__ void load_row(const Params& p, const Tile& tile, int64_t row, int sublane, bool active,
+                         float (&values)[kChunks][kVec]) {
+  using Vector = typename BitsOf<kVec * sizeof(Element)>::type;
+  const int64_t offset = tile.b * p.x_stride.batch + row * p.x_stride.seq + tile.head * p.x_stride.head;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int vector = j * p.lanes + sublane;
+    Element elements[kVec] = {};
+    if (active && j < p.chunks && vector < p.vectors) {
+      const Vector* source = reinterpret_cast<const Vector*>(static_cast<const Element*>(p.x) + offset) + vector;
+      const Vector bits = kLastUse ? __ldcs(source) : __ldg(source);
+      memcpy(elements, &bits, sizeof bits);
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) values[j][k] = to_float(elements[k]);
+  }
+}
+
+HOPATTN_HOST_DEVICE void butterfly(float& a, float& b) {
+  const float sum = ieee_add(a, b), difference = ieee_sub(a, b);
+  a = sum;
+  b = difference;
+}
+
+// hadamard_rotate(row, head_dim, seed) on the row spread over the group's lanes.
+//
+// Why the result is bit for bit fast_walsh_hadamard's: that function makes log2(n) passes, half =
+// 1, 2, ..., n / 2, and pass `half` replaces each pair (x[i], x[i + half]), i's bit `half` clear,
+// by (x[i] + x[i + half], x[i] - x[i + half]), each one IEEE operation on the values the previous
+// pass left. So an element's value after the last pass depends only on which operations each pass
+// applies to which operands, not on where the elements are stored or in which order the
+// independent pairs of a pass are done. Element i = (j * lanes + sublane) * kVec + k has its
+// lowest log2(kVec) bits in k, the next log2(lanes) in sublane and the top ones in j, so the passes
+// are, in fast_walsh_hadamard's order: half < kVec between registers k and k + half; kVec <= half
+// < kVec * lanes between the lane and its partner sublane ^ (half / kVec), the same register, by
+// shuffle; and the rest between registers j and j + half / (kVec * lanes). The lane holding the
+// pair's first element computes a + b as ieee_add(partner's b, own a) (IEEE addition is
+// commutative, bit for bit for non-NaN operands, and a NaN makes the block NaN whatever its bits),
+// the lane holding the second a - b as ieee_add(partner's a, -own b), which IEEE defines to be a - b.
+// D before (multiplying by -1 is flipping the sign bit, exactly) and the one normalising multiply
+// after are per element.
+template <int kVec, int kChunks>
+__device__ void rotate(const Params& p, const RowLane<kVec, kChunks>& lane, float (&values)[kChunks][kVec]) {
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const uint32_t sign = ((lane.negative >> (j * kVec + k)) & 1u) << 31;
+      values[j][k] = float_of_bits(bits_of(values[j][k]) ^ sign);
+    }
+  }
+#pragma unroll
+  for (int half = 1; half < kVec; half *= 2) {
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if ((k & half) == 0) butterfly(values[j][k], values[j][k + half]);
+      }
+    }
+  }
+#pragma unroll
+  for (int lane_half = 1; lane_half < 32; lane_half *= 2) {
+    if (lane_half >= p.lanes) break;  // the same for the whole warp
+    const uint32_t negate = (lane.sublane & lane_half) != 0 ? 0x80000000u : 0u;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float partner = __shfl_xor_sync(0xffffffffu, values[j][k], lane_half);
+        values[j][k] = ieee_add(partner, float_of_bits(bits_of(values[j][k]) ^ negate));
+      }
+    }
+  }
+#pragma unroll
+  for (int chunk_half = 1; chunk_half < kChunks; chunk_half *= 2) {
+    if (chunk_half >= p.chunks) break;  // the chunks past p.chunks hold no element
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      if ((j & chunk_half) != 0) continue;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) butterfly(values[j][k], values[j + chunk_half][k]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) values[j][k] = ieee_mul(values[j][k], p.norm);
+  }
+}
+
+// The row's amax as float bits, in every lane of its group.
+template <int kVec, int kChunks>
+__device__ uint32_t row_amax_bits(const Params& p, const float (&values)[kChunks][kVec]) {
+  uint32_t amax = 0;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) amax = max(amax, bits_of(values[j][k]) & 0x7fffffffu);
+  }
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    if (offset >= p.lanes) break;
+    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  }
+  return amax;
+}
+
+// Pass 1 over a tile: the amax of each of its blocks into slot_amax (zeroed by the caller).
+template <class Element, int kVec, int kChunks>
+__device__ void tile_amaxes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
+                            uint32_t* slot_amax) {
+  for_each_row(p, tile, lane.warp_row, [&](int r, bool active) {
+    float values[kChunks][kVec];
+    load_row<Element, kVec, kChunks, false>(p, tile, tile.begin + r, lane.sublane, active, values);
+    if (p.hadamard) rotate(p, lane, values);
+    const uint32_t amax = row_amax_bits(p, values);
+    if (active && lane.sublane == 0 && amax != 0) atomicMax(&slot_amax[slot_of(p, tile, r)], amax);
+  });
+}
+
+// Pass 2 over a tile: the codes of each row, scale_of_slot(slot) being its block's scale.
+template <class Element, int kVec, int kChunks, class ScaleOfSlot>
+__device__ void tile_codes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
+                           ScaleOfSlot&& scale_of_slot) {
+  using Vector = typename BitsOf<kVec>::type;
+  for_each_row(p, tile, lane.warp_row, [&](int r, bool active) {
+    const float scale = active ? scale_of_slot(slot_of(p, tile, r)) : 1.f;
+    const bool finite = is_finite_bits(scale);
+    const int64_t row = tile.begin + r;
+    float values[kChunks][kVec];
+    // A block whose scale is not finite is all NaN codes: its rows need not be read.
+    load_row<Element, kVec, kChunks, true>(p, tile, row, lane.sublane, active && finite, values);
+    if (p.hadamard) rotate(p, lane, values);
+    if (!active) return;
+    uint8_t* out = p.out + tile.b * p.out_stride.batch + row * p.out_stride.seq + tile.head * p.out_stride.head;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int vector = j * p.lanes + lane.sublane;
+      if (j >= p.chunks || vector >= p.vectors) continue;
+      uint8_t codes[kVec];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        codes[k] = finite ? from_float<float8_e4m3>(ieee_div(values[j][k], scale)).bits : kFloat8E4M3NaN;
+      }
+      Vector bits;
+      memcpy(&bits, codes, sizeof bits);
+      __stcs(reinterpret_cast<Vector*>(out) + vector, bits);
+    }
+  });
+}
+
+// Whether the tile's slot s holds the first row of its scale's block, so that this tile writes the
+// scale (its one writer): every slot but the first starts in the tile; the first does when the
+// tile starts its block (for tensor scales, the tile of row 0 of the first (batch, head)).
+__device__ bool writes_scale(const Params& p, const Tile& tile, int s) {
+  if (s > 0) return true;
+  switch (p.layout.scaling) {
+    case Fp8Scaling::kBlock: return tile.phase == 0;
+    case Fp8Scaling::kHead: return tile.begin == 0;
+    case Fp8Scaling::kTensor: break;
+  }
+  return tile.begin == 0 && tile.b == 0 && tile.head == 0;
+}
+
+// The tile's scales from its amaxes (amax_bits_of_slot(s)) into slot_scale, and into p.scales by
+// their writers; then, after the barrier, the codes.
+template <class Element, int kVec, int kChunks, class AmaxOfSlot>
+__device__ void tile_scales_and_codes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
+                                      AmaxOfSlot&& amax_bits_of_slot, float* slot_scale) {
+  for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += kThreads) {
+    const float scale = fp8_scale_of(float_of_bits(amax_bits_of_slot(s)));
+    slot_scale[s] = scale;
+    if (writes_scale(p, tile, s)) p.scales[tile.first_scale + s] = scale;
+  }
+  __syncthreads();
+  tile_codes<Element>(p, tile, lane, [&](int slot) { return slot_scale[slot]; });
+}
+
+template <class Element, int kVec>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kVec>) fused_kernel(const Params p) {
+  constexpr int kChunks = kValuesPerLane / kVec;
+  __shared__ uint32_t slot_amax[kTileRows];
+  __shared__ float slot_scale[kTileRows];
+  const RowLane<kVec, kChunks> lane(p);
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    const Tile tile = tile_of(p, t);
+    for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += kThreads) slot_amax[s] = 0;
+    __syncthreads();
+    tile_amaxes<Element>(p, tile, lane, slot_amax);
+    // (The previous tile's reads of slot_scale all precede the barrier above, so this tile may
+    // rewrite it.)
+    __syncthreads();
+    tile_scales_and_codes<Element>(p, tile, lane, [&](int s) { return slot_amax[s]; }, slot_scale);
+  }
+}
+
+template <class Element, int kVec>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kVec>) amax_kernel(const Params p) {
+  constexpr int kChunks = kValuesPerLane / kVec;
+  __shared__ uint32_t slot_amax[kTileRows];
+  const RowLane<kVec, kChunks> lane(p);
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    const Tile tile = tile_of(p, t);
+    for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += kThreads) slot_amax[s] = 0;
+    __syncthreads();
+    tile_amaxes<Element>(p, tile, lane, slot_amax);
+    __syncthreads();
+    for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += kThreads) {
+      if (slot_amax[s] != 0) atomicMax(&p.amax_bits[tile.first_scale + s], slot_amax[s]);
+    }
+    __syncthreads();  // before the next tile zeroes slot_amax
+  }
+}
+
+template <class Element, int kVec>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kVec>) codes_kernel(const Params p) {
+  constexpr int kChunks = kValuesPerLane / kVec;
+  __shared__ float slot_scale[kTileRows];
+  const RowLane<kVec, kChunks> lane(p);
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    const Tile tile = tile_of(p, t);
+    tile_scales_and_codes<Element>(
+        p, tile, lane, [&](int s) { return __ldg(&p.amax_bits[tile.first_scale + s]); }, slot_scale);
+    __syncthreads();  // before the next tile rewrites slot_scale
+  }
+}
+
+// fast_walsh_hadamard's normalising factor, from the function itself: the transform of the unit
+// vector e_0 is all ones before the normalising multiply (sums of one 1 and zeros are exact), so
+// each entry after it is 1 * factor = factor.
+float normalising_factor(int64_t n) {
+  std::vector<float> unit(static_cast<size_t>(n), 0.f);
+  unit[0] = 1.f;
+  fast_walsh_hadamard(unit.data(), n);
+  return unit[0];
+}
+
+// The largest power of two up to `cap` bytes that divides the address and every stride (in bytes)
+// of a dimension longer than 1.
+int64_t row_alignment(const void* data, int64_t element_bytes, const Strides& strides, const QuantizeProblem& p, int64_t cap) {
+  const int64_t byte_strides[] = {p.batch > 1 ? strides.batch * element_bytes : 0,
+                                  p.seqlen > 1 ? strides.seq * element_bytes : 0,
+                                  p.heads > 1 ? strides.head * element_bytes : 0};
+  int64_t a = cap;
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  while (a > 1) {
+    bool divides = address % static_cast<uintptr_t>(a) == 0;
+    for (int64_t s : byte_strides) divides = divides && s % a == 0;
+    if (divides) break;
+    a /= 2;
+  }
+  return a;
+}
+
+Status check_launch(const char* kernel) {
+  const cudaError_t error = cudaGetLastError();
+  return error == cudaSuccess ? Status::kOk : cuda_failure(kernel, error);
+}
+
+// A grid of at most as many CTAs as the device holds at once; the kernels loop over the rest.
+template <class Kernel>
+Status grid_size(Kernel kernel, int64_t tiles, unsigned& grid) {
+  int device = 0, sm_count = 0, per_sm = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (error != cudaSuccess) return cuda_failure("cudaDeviceGetAttribute", error);
+  error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
+  if (error != cudaSuccess) return cuda_failure("cudaOccupancyMaxActiveBlocksPerMultiprocessor", error);
+  grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(std::max(per_sm, 1)) * std::max(sm_count, 1)));
+  return Status::kOk;
+}
+
+template <class Element, int kVec>
+Status run(const QuantizeProblem& problem, Params p) {
+  auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
+  unsigned grid = 0;
+  if (p.amax_bits == nullptr) {  // fused
+    if (Status s = grid_size(fused_kernel<Element, kVec>, p.tiles, grid); s != Status::kOk) return s;
+    fused_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
+    return check_launch("the FP8 quantisation kernel");
+  }
+  if (Status s = grid_size(amax_kernel<Element, kVec>, p.tiles, grid); s != Status::kOk) return s;
+  amax_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
+  if (Status s = check_launch("the FP8 amax kernel"); s != Status::kOk) return s;
+  if (Status s = grid_size(codes_kernel<Element, kVec>, p.tiles, grid); s != Status::kOk) return s;
+  codes_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
+  return check_launch("the FP8 codes kernel");
+}
+
+template <class Element>
+Status run_with_vector(const QuantizeProblem& problem, const Params& p, int vec) {
+  switch (vec) {
+    case 1: return run<Element, 1>(problem, p);
+    case 2: return run<Element, 2>(problem, p);
+    case 4: return run<Element, 4>(problem, p);
+    case 8:
+      if constexpr (sizeof(Element) <= 2) return run<Element, 8>(problem, p);
+      break;
+  }
+  return set_error(Status::kInternal, "sm90: FP8 quantisation: no kernel for vectors of " + std::to_string(vec));
+}
+
+Status run_dtype(const QuantizeProblem& problem, const Params& p, int vec) {
+  switch (problem.dtype) {
+    case DType::kFloat32: return run_with_vector<float>(problem, p, vec);
+    case DType::kBFloat16: return run_with_vector<bfloat16>(problem, p, vec);
+    case DType::kFloat16: return run_with_vector<float16>(problem, p, vec);
+    case DType::kFloat8E4M3: break;
+  }
+  return set_error(Status::kInternal, "sm90: FP8 quantisation of float8_e4m3 input (validation refuses it)");
+}
+
+}  // namespace
+
+Status quantize_fp8(const QuantizeProblem& problem) {
+  if (Status s = check_device({{problem.x, "x.data"}, {problem.out, "out.data"}, {problem.scales, "scales"}},
+                              problem.cuda_stream);
+      s != Status::kOk) {
+    return s;
+  }
+  const int64_t n = problem.head_dim;
+  if (n < 1 || n > kMaxHeadDim) {
+    return set_error(Status::kUnsupported, "head_dim " + std::to_string(n) +
+                                               " is not supported by the SM90 FP8 quantisation (it takes 1 to " +
+                                               std::to_string(kMaxHeadDim) + ")");
+  }
+  if (problem.hadamard && !is_power_of_two(n)) {
+    return set_error(Status::kInternal, "sm90: the Hadamard rotation needs a power-of-two head_dim (validation checks it)");
+  }
+  if (problem.batch <= 0 || problem.seqlen <= 0 || problem.heads <= 0) return Status::kOk;
+
+  // The widest vector (16 bytes of x at most) that divides head_dim and that the addresses of x's
+  // and out's rows are aligned to.
+  const int64_t element_bytes = element_size(problem.dtype);
+  const int64_t x_alignment = row_alignment(problem.x, element_bytes, problem.x_stride, problem, 16);
+  const int64_t out_alignment = row_alignment(problem.out, 1, problem.out_stride, problem, 16);
+  int vec = static_cast<int>(16 / element_bytes);
+  while (vec > 1 && (n % vec != 0 || x_alignment < vec * element_bytes || out_alignment < vec)) vec /= 2;
+
+  Params p{};
+  p.x = problem.x;
+  p.out = static_cast<uint8_t*>(problem.out);
+  p.scales = problem.scales;
+  p.seqlen = problem.seqlen;
+  p.heads = problem.heads;
+  p.x_stride = problem.x_stride;
+  p.out_stride = problem.out_stride;
+  p.layout.data = problem.scales;
+  p.layout.scaling = problem.scaling;
+  p.layout.block_rows = problem.block_rows;
+  p.layout.heads = problem.heads;
+  p.layout.blocks_per_head = problem.blocks_per_head();
+  p.hadamard = problem.hadamard;
+  p.seed = problem.seed;
+  p.norm = problem.hadamard ? normalising_factor(n) : 1.f;
+  // The row's spread: vectors / lanes vectors per lane at most kValuesPerLane / vec, so lanes =
+  // the power of two at or above vectors / (kValuesPerLane / vec), up to 32. For a power-of-two
+  // head_dim, lanes * chunks * vec == head_dim exactly, which rotate() needs.
+  p.vectors = static_cast<int>(n / vec);
+  const int per_lane = kValuesPerLane / vec;
+  p.lanes = 1;
+  p.log2_lanes = 0;
+  while (p.lanes * per_lane < p.vectors) {
+    p.lanes *= 2;
+    p.log2_lanes += 1;
+  }
+  p.chunks = (p.vectors + p.lanes - 1) / p.lanes;
+
+  const int64_t block_rows = problem.block_rows;  // seqlen for head and tensor scales
+  const bool fused = problem.scaling != Fp8Scaling::kTensor && block_rows <= kTileRows;
+  if (fused) {
+    const int64_t blocks_per_tile = std::min(std::max<int64_t>(1, kTileRows / block_rows), problem.blocks_per_head());
+    p.tile_rows = blocks_per_tile * block_rows;
+  } else {
+    p.tile_rows = kTileRows;
+  }
+  p.tiles_per_head = (problem.seqlen - 1) / p.tile_rows + 1;
+  p.tiles = problem.batch * problem.heads * p.tiles_per_head;
+
+  if (fused) return run_dtype(problem, p, vec);
+  auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
+  const size_t bytes = static_cast<size_t>(problem.scale_count()) * sizeof(uint32_t);
+  void* workspace = nullptr;
+  cudaError_t error = cudaMallocAsync(&workspace, bytes, stream);
+  if (error != cudaSuccess) return cuda_failure("cudaMallocAsync of the FP8 amax workspace", error);
+  p.amax_bits = static_cast<uint32_t*>(workspace);
+  error = cudaMemsetAsync(workspace, 0, bytes, stream);
+  Status status = error == cudaSuccess ? run_dtype(problem, p, vec)
+                                       : cuda_failure("cudaMemsetAsync of the FP8 amax workspace", error);
+  error = cudaFreeAsync(workspace, stream);
+  if (status == Status::kOk && error != cudaSuccess) status = cuda_failure("cudaFreeAsync of the FP8 amax workspace", error);
+  return status;
+}
+
+}  // namespace hopattn::sm90
