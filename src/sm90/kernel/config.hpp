@@ -49,7 +49,6 @@ struct ForwardConfig {
   static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);
   static_assert(kBlockN % (kFp8 ? 32 : 16) == 0, "P.V consumes keys in WGMMA k-steps of 32 bytes");
   static_assert(kHeadDim % 32 == 0, "shared-memory rows are built of 32-byte swizzle atoms");
-  static_assert(!kFp8 || 128 % kBlockN == 0, "a K scale block (a multiple of 128 rows) covers whole key blocks");
 
   using TileShapeQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O += P V

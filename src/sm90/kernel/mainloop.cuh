@@ -50,6 +50,9 @@ struct ForwardMainloop {
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
   static constexpr int kProducerThreads = 32;  // one warp issues every load
   static constexpr int kTransposeThreads = Config::kNumTransposeThreads;
+  // FP8: K scale blocks are multiples of 128 rows, so chunks of gcd(kBlockN, 128) keys of a key
+  // block each have one K scale.
+  static constexpr int kKScaleChunks = kFp8 ? kBlockN / cute::gcd(kBlockN, 128) : 1;
 
   // FP8: V^T (and O after the last P V) and the pipeline that hands V^T blocks to the consumers.
   struct TransposeStorage {
@@ -285,11 +288,12 @@ struct ForwardMainloop {
     Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
-    OnlineSoftmax<kRows, kFp8> softmax(params.softmax_scale);
+    using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks>;
+    Softmax softmax(params.softmax_scale);
     clear(output);
 
     // FP8: the Q scale of each of the thread's rows (rows past the sequence read its last row's),
-    // and the step's scores descaled by it times the key block's K scale, one per block.
+    // and per step the K scale of each chunk of the key block (keys past it read its last key's).
     RowVector<kRows> q_descale;
     float v_descale = 1.f;
     const int head_kv = kFp8 ? tile.head / params.heads_per_kv_head : 0;
@@ -307,12 +311,13 @@ struct ForwardMainloop {
     auto softmax_step = [&](auto& scores, int n_block) {
       if constexpr (kFp8) {
         Fp8Scales const& k_scales = params.descales.k;
-        const float k_descale = usable_scale(
-            __ldg(k_scales.data + k_scales.index(seq.tensor_batch, head_kv, seq.k_begin + n_block * kBlockN)));
-        RowVector<kRows> descale;
+        typename Softmax::ChunkScales k_descale;
         CUTE_UNROLL
-        for (int r = 0; r < kRows; ++r) descale(r) = q_descale(r) * k_descale;
-        return softmax.step(scores, descale);
+        for (int j = 0; j < kKScaleChunks; ++j) {
+          const int key = min(n_block * kBlockN + j * (kBlockN / kKScaleChunks), int(seq.seqlen_k) - 1);
+          k_descale[j] = usable_scale(__ldg(k_scales.data + k_scales.index(seq.tensor_batch, head_kv, seq.k_begin + key)));
+        }
+        return softmax.step(scores, q_descale, k_descale);
       } else {
         return softmax.step(scores);
       }
@@ -353,7 +358,7 @@ struct ForwardMainloop {
       warpgroup_fence_operand(output);
       v_pipeline.consumer_release(v_state);
       ++v_state;
-      OnlineSoftmax<kRows, kFp8>::rescale_output(output, rescale);
+      Softmax::rescale_output(output, rescale);
       p = convert_p(next_scores);
     };
     for (--n_block; n_block >= unmasked_end; --n_block) overlapped_step(n_block, cute::true_type{});

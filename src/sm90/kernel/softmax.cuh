@@ -22,16 +22,17 @@ __device__ __forceinline__ float quad_allreduce(float value, Op op) {
 template <int kRows>
 using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 
-// kFp8: the scores are those of e4m3 codes, so each row's true scores are its scores times a
-// descale (the Q scale of the row times the K scale of the block), handed to every step; and P is
-// to be rounded to e4m3, so it is computed as exp2(exponent + kPLog2Offset), in [0, 256] rather
-// than [0, 1]: e4m3 is normal from 2^-6, which then holds P down to 2^-14 of the row's max with
-// its full 3-bit mantissa instead of 2^-6. The row sum carries the same factor, which cancels in O
-// and is taken out of the LSE.
-template <int kRows, bool kFp8 = false>
+// kFp8: the scores are those of e4m3 codes, so a score's true value is the score times the Q
+// scale of its row and the K scale of its column's chunk (kScaleChunks equal column chunks: a chunk
+// never spans two K scale blocks), handed to every step; and P is to be rounded to e4m3, so it is
+// computed as exp2(exponent + kPLog2Offset), in [0, 256] rather than [0, 1]: e4m3 is normal from
+// 2^-6, which then holds P down to 2^-14 of the row's max with its full 3-bit mantissa instead of
+// 2^-6. The row sum carries the same factor, which cancels in O and is taken out of the LSE.
+template <int kRows, bool kFp8 = false, int kScaleChunks = 1>
 struct OnlineSoftmax {
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;
   static constexpr float kPOffsetInverse = kFp8 ? 1.f / 256.f : 1.f;  // 2^-kPLog2Offset
+  using ChunkScales = cute::array<float, kScaleChunks>;
 
   // Per-thread row statistics, the max in true (descaled) score units. row_sum holds this thread's
   // partial sum; the quad's partials are combined once at the end since every step rescales them
@@ -47,21 +48,34 @@ struct OnlineSoftmax {
   // Turns the scores into P = exp(scale * (S - max)) in place and returns, per row, the factor by
   // which the output accumulated so far must be rescaled for the new row maxima. The maxima of all
   // rows first, then the exponentials, so the max shuffles of every row are in flight together.
-  // `descale` (kFp8 only): per row, the positive factor from the scores to true scores; a NaN
-  // makes the row NaN.
+  // `row_descale`, `chunk_descale` (kFp8 only): the positive factors from the scores to true
+  // scores; a NaN makes its scores NaN. The quad's lanes hold the same columns' chunks.
   template <class TensorS>
-  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, RowVector<kRows> const& descale) {
+  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, RowVector<kRows> const& row_descale,
+                                                   ChunkScales const& chunk_descale) {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
+    // The thread's columns run through the tile's 8-column groups in order (one WGMMA atom spans
+    // the key block), so each chunk's are consecutive.
+    static_assert(decltype(size<2>(scores))::value == 1);
+    constexpr int kColumns = decltype(size<1>(s))::value;
+    static_assert(kColumns % kScaleChunks == 0);
+    constexpr int kChunkColumns = kColumns / kScaleChunks;
     RowVector<kRows> rescale, max_or_zero;
     bool fused = true;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       float block_max = -INFINITY;
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(s); ++c) block_max = fmaxf(block_max, s(r, c));
+      for (int j = 0; j < kScaleChunks; ++j) {
+        float chunk_max = -INFINITY;
+        CUTE_UNROLL
+        for (int c = j * kChunkColumns; c < (j + 1) * kChunkColumns; ++c) chunk_max = fmaxf(chunk_max, s(r, c));
+        // The max of the products: descales are > 0.
+        block_max = fmaxf(block_max, kFp8 ? chunk_max * chunk_descale[j] : chunk_max);
+      }
       block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
-      if constexpr (kFp8) block_max *= descale(r);  // the max of the products: descale > 0
+      if constexpr (kFp8) block_max *= row_descale(r);
       const float new_max = fmaxf(row_max(r), block_max);
       rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
       row_max(r) = new_max;
@@ -70,29 +84,32 @@ struct OnlineSoftmax {
     }
     // One FFMA per score (fused_softmax_exponent) while every row of the warp has a max small
     // enough for it; otherwise an FADD and an FMUL (softmax_exponent), exact at any magnitude.
-    // FP8 folds the descale into the FFMA's factor, and the exact form multiplies it in first.
+    // FP8 folds the descales into the FFMA's factor, and the exact form multiplies them in first.
     auto exponentiate = [&](auto exponent_of) {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const float row_scale_log2 = kFp8 ? scale_log2 * descale(r) : scale_log2;
         const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;
         float block_sum = 0.f;
         CUTE_UNROLL
-        for (int c = 0; c < size<1>(s); ++c) {
-          s(r, c) = exp2f(exponent_of(s(r, c), r, row_scale_log2, shifted_max));
-          block_sum += s(r, c);
+        for (int j = 0; j < kScaleChunks; ++j) {
+          const float descale = kFp8 ? row_descale(r) * chunk_descale[j] : 1.f;
+          CUTE_UNROLL
+          for (int c = j * kChunkColumns; c < (j + 1) * kChunkColumns; ++c) {
+            s(r, c) = exp2f(exponent_of(s(r, c), r, descale, shifted_max));
+            block_sum += s(r, c);
+          }
         }
         row_sum(r) = row_sum(r) * rescale(r) + block_sum;
       }
     };
+    const float c = scale_log2;
     if (__all_sync(0xffffffff, fused)) {
-      exponentiate([](float score, int, float row_scale_log2, float shifted_max) {
-        return fused_softmax_exponent(score, row_scale_log2, shifted_max);
+      exponentiate([c](float score, int, float descale, float shifted_max) {
+        return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
       });
     } else {
-      const float c = scale_log2;
-      exponentiate([&, c](float score, int r, float, float) {
-        const float true_score = kFp8 ? score * descale(r) : score;
+      exponentiate([&, c](float score, int r, float descale, float) {
+        const float true_score = kFp8 ? score * descale : score;
         return softmax_exponent(true_score, max_or_zero(r), c) + kPLog2Offset;
       });
     }
@@ -102,9 +119,10 @@ struct OnlineSoftmax {
   // 16-bit scores are true scores.
   template <class TensorS>
   __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
-    static_assert(!kFp8, "FP8 scores need their descale");
-    RowVector<kRows> unused;
-    return step(scores, unused);
+    static_assert(!kFp8, "FP8 scores need their descales");
+    RowVector<kRows> unused_rows;
+    ChunkScales unused_chunks;
+    return step(scores, unused_rows, unused_chunks);
   }
 
   template <class TensorO>

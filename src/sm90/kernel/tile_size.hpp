@@ -21,13 +21,16 @@
 // is bound by shared memory: kBlockN = 80 is the largest multiple of 16 for which two stages of K
 // and V fit beside Q.
 //
-// FP8 inputs (e4m3; kBlockN divides 128, the K scale blocks' unit):
+// FP8 inputs (e4m3). Consumers get 232 registers beside the transposing warps' 40 (152 for three
+// warpgroups); the K scales, per multiple of 128 keys, apply per chunk of gcd(kBlockN, 128) keys.
 //   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V + Vt
 //   64        192 x 128          2       32 + 64 + 16           12 + 16 + 16 + 24 (O) =  68 KB
-//   128       128 x 128          2       64 + 64 + 16           16 + 32 + 32 + 32     = 112 KB
-//   256       128 x  64          3      128 + 32 +  8           32 + 48 + 48 + 64 (O) = 192 KB
-// head_dim 256 is bound by registers (232 per consumer thread beside the transposing warps' 40):
-// 128-key blocks spill 240 bytes, 64-key blocks none, with a third stage in the room they leave.
+//   128       128 x 192          2       64 + 96 + 24           16 + 48 + 48 + 48     = 160 KB
+//   256       128 x  96          2      128 + 48 + 12           32 + 48 + 48 + 64 (O) = 192 KB
+// Longer key blocks than 16-bit's halve the per-block costs per key (the row maxima's shuffles, the
+// O rescale, the pipeline handshakes), as FlashAttention-3's FP8 tiles (192 x 160, 128 x 224,
+// 128 x 128) do; as far as ptxas fits them without spills in the key loop: 192 x 160 spills 200 bytes
+// at 152 registers, and head_dim 256's 128 keys 240 bytes.
 #pragma once
 
 namespace hopattn::sm90 {
@@ -62,11 +65,11 @@ struct TileSize<64, 1> {
 };
 template <>
 struct TileSize<128, 1> {
-  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+  static constexpr int kBlockM = 128, kBlockN = 192, kStages = 2;
 };
 template <>
 struct TileSize<256, 1> {
-  static constexpr int kBlockM = 128, kBlockN = 64, kStages = 3;
+  static constexpr int kBlockM = 128, kBlockN = 96, kStages = 2;
 };
 
 }  // namespace hopattn::sm90
