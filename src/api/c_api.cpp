@@ -126,8 +126,11 @@ HOPATTN_API hopattn_status hopattn_forward_fp8(const hopattn_tensor* q,
 HOPATTN_API hopattn_status hopattn_forward_fp8_workspace_size(
     const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
     hopattn_dtype o_dtype, const hopattn_forward_options* options, size_t* bytes) {
-  return guarded(
-      [&] { return hopattn::forward_fp8_workspace_size(q, k, v, o_dtype, options, bytes); });
+  // The dtype as the integer the caller passed (enum_value): any int may arrive.
+  return guarded([&] {
+    return hopattn::forward_fp8_workspace_size(q, k, v, hopattn::enum_value(o_dtype), options,
+                                               bytes);
+  });
 }
 
 HOPATTN_API const char* hopattn_last_error(void) { return hopattn::last_error(); }

@@ -176,7 +176,7 @@ Status forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
 }
 
 Status forward_fp8_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
-                                  const hopattn_tensor* v, hopattn_dtype o_dtype,
+                                  const hopattn_tensor* v, int o_dtype,
                                   const hopattn_forward_options* options, size_t* bytes) {
   if (bytes == nullptr) return invalid("bytes is NULL");
   Fp8ForwardCall call;

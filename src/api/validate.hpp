@@ -131,9 +131,9 @@ Status validate_forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q
 
 // hopattn_forward_fp8_workspace_size: the checks of the call that q, k, v, o_dtype and options
 // allow. The problem has no o (null, with q's strides), no lse and no scales (null data, per
-// tensor).
+// tensor). o_dtype is the integer the caller passed (any int may arrive).
 Status validate_forward_fp8_workspace_query(const hopattn_tensor* q, const hopattn_tensor* k,
-                                            const hopattn_tensor* v, hopattn_dtype o_dtype,
+                                            const hopattn_tensor* v, int o_dtype,
                                             const hopattn_forward_options* options,
                                             const SystemQueries& system, Fp8ForwardCall& call);
 

@@ -34,7 +34,7 @@ struct Arguments {
   const hopattn_fp8_scales* scales[kInputs];
   const hopattn_tensor* o;
   float* lse;
-  int o_dtype;  // the query's; a call's is o->dtype
+  int o_dtype;  // the query's (any int); a call's is o->dtype
   bool query() const { return o == nullptr; }
 };
 
@@ -186,11 +186,11 @@ Status validate_forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q
 }
 
 Status validate_forward_fp8_workspace_query(const hopattn_tensor* q, const hopattn_tensor* k,
-                                            const hopattn_tensor* v, hopattn_dtype o_dtype,
+                                            const hopattn_tensor* v, int o_dtype,
                                             const hopattn_forward_options* options,
                                             const SystemQueries& system, Fp8ForwardCall& call) {
-  return validate({{q, k, v}, {nullptr, nullptr, nullptr}, nullptr, nullptr, enum_value(o_dtype)},
-                  options, system, call);
+  return validate({{q, k, v}, {nullptr, nullptr, nullptr}, nullptr, nullptr, o_dtype}, options,
+                  system, call);
 }
 
 }  // namespace hopattn

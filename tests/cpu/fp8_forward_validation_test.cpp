@@ -91,7 +91,7 @@ class Fp8ForwardValidation : public ::testing::Test {
                                          &options, system(), call));
   }
 
-  hopattn_status query(hopattn_dtype o_dtype = HOPATTN_DTYPE_BFLOAT16) {
+  hopattn_status query(int o_dtype = HOPATTN_DTYPE_BFLOAT16) {
     clear_error();
     return c_status(
         validate_forward_fp8_workspace_query(&q, &k, &v, o_dtype, &options, system(), call));
@@ -105,7 +105,7 @@ class Fp8ForwardValidation : public ::testing::Test {
         << "message \"" << last_error() << "\" lacks \"" << fragment << "\"";
   }
 
-  void expect_query_rejected(hopattn_dtype o_dtype, hopattn_status status,
+  void expect_query_rejected(int o_dtype, hopattn_status status,
                              const std::string& fragment) {
     EXPECT_EQ(query(o_dtype), status) << last_error();
     EXPECT_NE(std::string(last_error()).find(fragment), std::string::npos)
@@ -599,7 +599,7 @@ TEST_F(Fp8ForwardValidation, WorkspaceQueryValidatesLikeTheCall) {
   EXPECT_EQ(call.problem.dtype, DType::kFloat16);
   expect_query_rejected(HOPATTN_DTYPE_FLOAT32, HOPATTN_ERROR_INVALID_ARGUMENT,
                         "o_dtype is float32; hopattn_forward_fp8 writes bfloat16 or float16");
-  expect_query_rejected(static_cast<hopattn_dtype>(9), HOPATTN_ERROR_INVALID_ARGUMENT,
+  expect_query_rejected(9, HOPATTN_ERROR_INVALID_ARGUMENT,
                         "o_dtype is 9; hopattn_forward_fp8 writes");
   q.dtype = HOPATTN_DTYPE_BFLOAT16;
   expect_query_rejected(HOPATTN_DTYPE_BFLOAT16, HOPATTN_ERROR_INVALID_ARGUMENT,

@@ -2,8 +2,8 @@
 // descriptors, mostly a coherent small problem with a few fields replaced by adversarial values
 // (sizes, strides, dtypes, enums, scales, struct sizes, misaligned or shared buffers), and are
 // passed to hopattn_forward, hopattn_forward_varlen and hopattn_forward_workspace_size with the
-// CPU and AUTO backends, then to hopattn_backward / hopattn_backward_varlen, and q to
-// hopattn_quantize_fp8. Built with -fsanitize=fuzzer,address,undefined: any crash, memory
+// CPU and AUTO backends, then to hopattn_backward / hopattn_backward_varlen, q to
+// hopattn_quantize_fp8 and its codes to hopattn_forward_fp8. Built with -fsanitize=fuzzer,address,undefined: any crash, memory
 // error or undefined behaviour is a finding. Beyond that it checks what the ABI promises about
 // every call: a known status, and an error message exactly when the status is not OK.
 //
@@ -428,7 +428,56 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (q_fits && scaling == HOPATTN_FP8_SCALE_BLOCK && read.block_rows > 0)
     scale_count = q.batch * q.heads * ((q.seqlen - 1) / read.block_rows + 1);
   float* scales = reinterpret_cast<float*>(memory.take(std::max<int64_t>(scale_count, 1) * 4, 0, in));
-  check_and_count("quantize_fp8", hopattn_quantize_fp8(&q, &quantized, scales,
-                                                       null_options ? nullptr : &quantize_options));
+  const hopattn_status quantized_status =
+      hopattn_quantize_fp8(&q, &quantized, scales, null_options ? nullptr : &quantize_options);
+  check_and_count("quantize_fp8", quantized_status);
+
+  // The codes attended to as q, k and v at once (self-attention of q's shape), each with the
+  // scales as quantised (their array is exactly that layout's, so the layout is kept: a larger
+  // one would be the caller's overrun, which no library can see), sometimes a scale replaced by a
+  // value the CPU backend must refuse or turn into NaN, a NULL struct or array, an o of another
+  // dtype, or o placed on the scales.
+  if (quantized_status != HOPATTN_OK || !q_fits) return 0;
+  if (!(2.0 * static_cast<double>(q.batch * q.heads) * static_cast<double>(q.seqlen) *
+            static_cast<double>(q.seqlen) * static_cast<double>(q.head_dim) <=
+        kMaxWork)) {
+    count("skipped: forward_fp8, more work than an iteration affords");
+    return 0;
+  }
+  if (in.ConsumeIntegralInRange(0, 3) == 0) {
+    static const float kMarks[] = {0.f, -0.f, -1.f, -std::numeric_limits<float>::infinity(),
+                                   std::numeric_limits<float>::infinity(),
+                                   std::numeric_limits<float>::quiet_NaN(), 1e-45f, 3e38f};
+    scales[in.ConsumeIntegralInRange<int64_t>(0, scale_count - 1)] = in.PickValueInArray(kMarks);
+  }
+  hopattn_fp8_scales fp8_scales = {scales, read.scaling, read.block_rows};
+  hopattn_fp8_scales* q_scales = &fp8_scales;
+  if (in.ConsumeIntegralInRange(0, 31) == 0) q_scales = nullptr;
+  hopattn_fp8_scales k_scales = fp8_scales;
+  if (in.ConsumeIntegralInRange(0, 31) == 0) k_scales.data = nullptr;
+  if (in.ConsumeIntegralInRange(0, 31) == 0)
+    k_scales.scaling = static_cast<hopattn_fp8_scaling>(in.ConsumeIntegral<int32_t>());
+  // The query's o_dtype is one of the enum (a C++ caller cannot pass another int without
+  // undefined behaviour); o's dtype field, read by the library as an integer, may be any.
+  static const hopattn_dtype kDtypes[] = {HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16,
+                                          HOPATTN_DTYPE_FLOAT32, HOPATTN_DTYPE_FLOAT8_E4M3};
+  const hopattn_dtype o_dtype = in.ConsumeIntegralInRange(0, 3) != 0
+                                    ? kDtypes[in.ConsumeIntegralInRange(0, 1)]
+                                    : in.PickValueInArray(kDtypes);
+  hopattn_tensor out = q;
+  dense_strides(out, 0);
+  out.dtype = o_dtype;
+  if (in.ConsumeIntegralInRange(0, 15) == 0) {
+    const int32_t raw = in.ConsumeIntegralInRange(-1, 9);
+    std::memcpy(&out.dtype, &raw, sizeof raw);
+  }
+  out.data = memory.take(q_elements * 4, 0, in);  // room for any dtype the call may accept
+  if (in.ConsumeIntegralInRange(0, 31) == 0) out.data = scales;
+  size_t fp8_bytes = 0;
+  check_and_count("forward_fp8_workspace_size",
+                  hopattn_forward_fp8_workspace_size(&quantized, &quantized, &quantized, o_dtype,
+                                                     opts, &fp8_bytes));
+  check_and_count("forward_fp8", hopattn_forward_fp8(&quantized, q_scales, &quantized, &k_scales,
+                                                     &quantized, &fp8_scales, &out, lse, opts));
   return 0;
 }
