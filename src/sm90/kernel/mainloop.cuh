@@ -17,8 +17,6 @@
 // in registers (no lane exchange: see accumulator_to_fp8_operand_a) and apply V's scale to O once.
 #pragma once
 
-#include <cute/arch/copy_sm75.hpp>
-#include <cute/arch/copy_sm90.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -226,7 +224,8 @@ struct ForwardMainloop {
 
   // One V block (keys x head_dim) to V^T (head_dim x keys) with the keys of each 16 in the order
   // of P's FP8 operand (accumulator_to_fp8_operand_a): V^T[d][16h + 4c + m] = V[16h + 8(m / 2) +
-  // 2c + m % 2][d]. Units of 16 keys x 32 head_dim bytes, one per warp instruction triple:
+  // 2c + m % 2][d]. Units of 16 keys x 32 head_dim bytes, one per warp instruction triple (the
+  // warps take every third 16 keys of each 32 head_dim bytes):
   //  - ldmatrix.trans (b16) of four 8 x 16-byte matrices: keys 0-7 and 8-15 at head_dim bytes
   //    0-15, then at 16-31. Lane t (c = t % 4, u = t / 4) gets, of each, keys 2c and 2c + 1 at
   //    head_dim bytes 2u and 2u + 1: bytes V[2c][2u], V[2c][2u+1], V[2c+1][2u], V[2c+1][2u+1].
@@ -237,27 +236,43 @@ struct ForwardMainloop {
   //    rows of distinct residue mod 8, so each matrix's eight 16-byte rows sit in distinct banks
   //    under the 128- or 64-byte swizzle (lanes u >= 4 swap their pair to match).
   // The loads are conflict-free likewise (eight consecutive keys).
+  // Addresses are 32-bit shared-memory offsets through the layouts' swizzle (the buffers are
+  // aligned to its 1024-byte period), not CuTe's generic pointers, whose 64-bit arithmetic tripled
+  // the loop.
   __device__ static void transpose_block(SharedStorage& shared, int v_stage, int vt_stage, int thread) {
-    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), typename Config::SmemLayoutKV{})(_, _, v_stage);
-    Tensor sVt = make_tensor(make_smem_ptr(shared.transpose.vt.data()), typename Config::SmemLayoutVt{})(_, _, vt_stage);
-    constexpr int kWarps = kTransposeThreads / 32;
-    constexpr int kKeyChunks = kBlockN / 16;
-    constexpr int kUnits = kKeyChunks * (kHeadDim / 32);
-    const int warp = thread / 32, lane = thread % 32;
-    const int matrix = lane / 8, matrix_row = lane % 8;  // the row address this lane gives
-    const int load_key = matrix_row + 8 * (matrix % 2), load_dim = 16 * (matrix / 2);
-    const int store_dim = 16 * (matrix / 2) + 2 * matrix_row + ((matrix % 2) ^ (matrix_row >= 4 ? 1 : 0));
+    using LayoutV = typename Config::SmemLayoutKV;
+    using LayoutVt = typename Config::SmemLayoutVt;
+    constexpr auto v_linear = get_nonswizzle_portion(LayoutV{});
+    constexpr auto v_swizzle = get_swizzle_portion(LayoutV{});
+    constexpr auto vt_linear = get_nonswizzle_portion(LayoutVt{});
+    constexpr auto vt_swizzle = get_swizzle_portion(LayoutVt{});
+    const uint32_t v_base = cast_smem_ptr_to_uint(shared.v.data());
+    const uint32_t vt_base = cast_smem_ptr_to_uint(shared.transpose.vt.data());
+    constexpr uint32_t kWarps = kTransposeThreads / 32;
+    constexpr uint32_t kKeyChunks = kBlockN / 16;
+    // Unsigned coordinates: the layouts' divisions by powers of two become shifts.
+    const uint32_t warp = uint32_t(thread) / 32, lane = uint32_t(thread) % 32;
+    const uint32_t matrix = lane / 8, matrix_row = lane % 8;  // the row address this lane gives
+    const uint32_t load_key = matrix_row + 8 * (matrix % 2), load_dim = 16 * (matrix / 2);
+    const uint32_t store_dim = 16 * (matrix / 2) + 2 * matrix_row + ((matrix % 2) ^ (matrix_row >= 4 ? 1 : 0));
     const bool swap = lane / 4 >= 4;
     const uint32_t first = swap ? 0x7531 : 0x6420, second = swap ? 0x6420 : 0x7531;
-    // Not unrolled: the producer warpgroup has 32 registers, too few to hold every unit's addresses.
+    CUTE_UNROLL
+    for (uint32_t dim0 = 0; dim0 < kHeadDim; dim0 += 32) {
+      // Not unrolled: the producer warpgroup's registers are too few to hold every unit's addresses.
 #pragma unroll 1
-    for (int unit = warp; unit < kUnits; unit += kWarps) {
-      const int key0 = 16 * (unit % kKeyChunks), dim0 = 32 * (unit / kKeyChunks);
-      uint32_t r0, r1, r2, r3;
-      SM75_U16x8_LDSM_T::copy(*reinterpret_cast<uint128_t const*>(&sV(key0 + load_key, dim0 + load_dim)), r0, r1, r2,
-                              r3);
-      SM90_U32x4_STSM_N::copy(__byte_perm(r0, r1, first), __byte_perm(r0, r1, second), __byte_perm(r2, r3, first),
-                              __byte_perm(r2, r3, second), *reinterpret_cast<uint128_t*>(&sVt(dim0 + store_dim, key0)));
+      for (uint32_t key0 = 16 * warp; key0 < kBlockN; key0 += 16 * kWarps) {
+        const uint32_t load = v_base + uint32_t(v_swizzle(v_linear(key0 + load_key, dim0 + load_dim, uint32_t(v_stage))));
+        const uint32_t store =
+            vt_base + uint32_t(vt_swizzle(vt_linear(dim0 + store_dim, key0, uint32_t(vt_stage))));
+        uint32_t r0, r1, r2, r3;
+        asm volatile("ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                     : "r"(load));
+        asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(store),
+                     "r"(__byte_perm(r0, r1, first)), "r"(__byte_perm(r0, r1, second)),
+                     "r"(__byte_perm(r2, r3, first)), "r"(__byte_perm(r2, r3, second)));
+      }
     }
   }
 
