@@ -18,8 +18,9 @@ constexpr int64_t kTmaAlignment = 16;
 constexpr int64_t kTmaStrideLimitBytes = int64_t{1} << 40;
 // Rows per CTA of the grid's smallest tile: the grid is ceil(seqlen_q / 64) * heads_q * batch.
 constexpr int64_t kMinBlockM = 64;
-// Keys per tile of the FP8 kernel: K block scales must not change within one.
-constexpr int64_t kFp8KeyTile = 128;
+// The FP8 kernel applies K's descales per chunk of gcd(its key tile, 128) keys, which never spans
+// two K scale blocks only if each block is a multiple of 128 rows.
+constexpr int64_t kFp8KeyScaleRows = 128;
 
 template <class... Pieces>
 Status fail(Status status, const Pieces&... pieces) {
@@ -186,11 +187,11 @@ Status check_forward_fp8_rules(const Fp8ForwardProblem& p) {
   }
   // Scales with null data: the workspace query, which has none.
   if (p.k_scales.data != nullptr && p.k_scales.scaling == Fp8Scaling::kBlock &&
-      p.k_scales.block_rows % kFp8KeyTile != 0) {
+      p.k_scales.block_rows % kFp8KeyScaleRows != 0) {
     return fail(Status::kUnsupported, "k_scales->block_rows is ", p.k_scales.block_rows,
-                "; the SM90 FP8 kernel needs K block scales over a multiple of ", kFp8KeyTile,
-                " rows, so that one scale covers each of its key tiles (or K scales per tensor "
-                "or per head; the CPU backend takes any block_rows)");
+                "; the SM90 FP8 kernel needs K block scales over a multiple of ", kFp8KeyScaleRows,
+                " rows, so that none changes within one of the key chunks it descales (or K "
+                "scales per tensor or per head; the CPU backend takes any block_rows)");
   }
   if (p.v_scales.data != nullptr && p.v_scales.scaling == Fp8Scaling::kBlock) {
     return fail(Status::kUnsupported,

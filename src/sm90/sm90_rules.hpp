@@ -30,7 +30,7 @@ Status check_backward_rules(const BackwardProblem& problem);
 
 // hopattn_forward_fp8: the same rules over q, k, v (e4m3: 16-byte strides are multiples of 16
 // elements) and o, then what the FP8 kernel takes of the scales: K block scales over a multiple
-// of its 128-key tile, V scales per tensor or per head (validation has checked the layouts
+// of 128 rows, V scales per tensor or per head (validation has checked the layouts
 // themselves). Scales with null data (the workspace query) are skipped. Which (output dtype,
 // head_dim) the kernels cover is sm90::supports_fp8's, asked through the system queries.
 Status check_forward_fp8_rules(const Fp8ForwardProblem& problem);
