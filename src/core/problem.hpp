@@ -105,11 +105,21 @@ struct Fp8Scales {
   int64_t heads = 0;            // of the tensor
   int64_t blocks_per_head = 0;  // kBlock: ceil(rows / block_rows); 1 otherwise
 
-  // The one definition of a scale's address, read by both backends and the tests.
+  // The one definition of a scale's address, read by both backends and the tests: the first scale
+  // of (b, head) plus the block of the row, block_of(row) = row / block_rows for kBlock, else 0
+  // (the SM90 kernel computes that division with a precomputed reciprocal: rows_per_scale()).
   HOPATTN_HOST_DEVICE int64_t index(int64_t b, int64_t head, int64_t row) const {
+    return head_first(b, head) + (scaling == Fp8Scaling::kBlock ? row / block_rows : 0);
+  }
+  HOPATTN_HOST_DEVICE int64_t head_first(int64_t b, int64_t head) const {
     if (scaling == Fp8Scaling::kTensor) return 0;
     const int64_t head_index = b * heads + head;
-    return scaling == Fp8Scaling::kHead ? head_index : head_index * blocks_per_head + row / block_rows;
+    return scaling == Fp8Scaling::kHead ? head_index : head_index * blocks_per_head;
+  }
+  // The divisor of block_of: block_rows for kBlock; for the others INT32_MAX, which no 32-bit row
+  // index (the SM90 kernel's) reaches, so that the quotient is always 0.
+  HOPATTN_HOST_DEVICE int64_t rows_per_scale() const {
+    return scaling == Fp8Scaling::kBlock ? block_rows : int64_t(2147483647);
   }
 };
 

@@ -17,8 +17,11 @@
 // in registers (no lane exchange: see accumulator_to_fp8_operand_a) and apply V's scale to O once.
 #pragma once
 
+#include <algorithm>
+
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cutlass/fast_math.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "core/problem.hpp"
@@ -87,6 +90,8 @@ struct ForwardMainloop {
 
   struct Fp8Descales {
     Fp8Scales q, k, v;
+    // k's rows_per_scale(), for the block of each chunk of every key block.
+    cutlass::FastDivmod k_rows_per_scale;
   };
   struct NoDescales {};
 
@@ -115,7 +120,11 @@ struct ForwardMainloop {
     params.seqlens = p.seqlens;
     params.heads_per_kv_head = int(p.heads_per_kv_head());
     params.softmax_scale = p.softmax_scale;
-    if constexpr (kFp8) params.descales = {p.q_scales, p.k_scales, p.v_scales};
+    if constexpr (kFp8) {
+      // Rows are 32-bit on this backend (sm90_rules.cpp); a block of 2^31 rows or more holds them all.
+      const int rows_per_scale = int(std::min<int64_t>(p.k_scales.rows_per_scale(), INT32_MAX));
+      params.descales = {p.q_scales, p.k_scales, p.v_scales, cutlass::FastDivmod(rows_per_scale)};
+    }
     return params;
   }
 
@@ -312,7 +321,9 @@ struct ForwardMainloop {
     RowVector<kRows> q_descale;
     float v_descale = 1.f;
     const int head_kv = kFp8 ? tile.head / params.heads_per_kv_head : 0;
+    float const* k_scales_of_head = nullptr;
     if constexpr (kFp8) {
+      k_scales_of_head = params.descales.k.data + params.descales.k.head_first(seq.tensor_batch, head_kv);
       Tensor rows = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
@@ -325,12 +336,12 @@ struct ForwardMainloop {
     }
     auto softmax_step = [&](auto& scores, int n_block) {
       if constexpr (kFp8) {
-        Fp8Scales const& k_scales = params.descales.k;
         typename Softmax::ChunkScales k_descale;
         CUTE_UNROLL
         for (int j = 0; j < kKScaleChunks; ++j) {
           const int key = min(n_block * kBlockN + j * (kBlockN / kKScaleChunks), int(seq.seqlen_k) - 1);
-          k_descale[j] = usable_scale(__ldg(k_scales.data + k_scales.index(seq.tensor_batch, head_kv, seq.k_begin + key)));
+          const int block = params.descales.k_rows_per_scale.div(int(seq.k_begin) + key);
+          k_descale[j] = usable_scale(__ldg(k_scales_of_head + block));
         }
         return softmax.step(scores, q_descale, k_descale);
       } else {

@@ -61,6 +61,36 @@ struct OnlineSoftmax {
     constexpr int kColumns = decltype(size<1>(s))::value;
     static_assert(kColumns % kScaleChunks == 0);
     constexpr int kChunkColumns = kColumns / kScaleChunks;
+    // A NaN descale (of a scale that was NaN, zero or negative) makes NaN of the scores it scales,
+    // but a masked score (-inf) stays masked: only the rows that see its keys come out NaN.
+    RowVector<kRows> row_scales;
+    ChunkScales chunk_scales;
+    if constexpr (kFp8) {
+      bool any_nan = false;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) row_scales(r) = row_descale(r), any_nan |= isnan(row_descale(r));
+      CUTE_UNROLL
+      for (int j = 0; j < kScaleChunks; ++j) chunk_scales[j] = chunk_descale[j], any_nan |= isnan(chunk_descale[j]);
+      if (__any_sync(0xffffffff, any_nan)) {
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          CUTE_UNROLL
+          for (int c = 0; c < kColumns; ++c) {
+            const bool nan = isnan(row_scales(r)) || isnan(chunk_scales[c / kChunkColumns]);
+            if (nan && s(r, c) != -INFINITY) s(r, c) = __int_as_float(0x7fffffff);
+          }
+          if (isnan(row_scales(r))) row_scales(r) = 1.f;
+        }
+        CUTE_UNROLL
+        for (int j = 0; j < kScaleChunks; ++j) {
+          if (isnan(chunk_scales[j])) chunk_scales[j] = 1.f;
+        }
+      }
+    }
+    // Maxima and sums in kChains independent chains per row, so that each dependent FMNMX / FADD
+    // waits on one kChains places back rather than on the last (their latency, not their count,
+    // bounded the loop: ncu's "stall wait").
+    constexpr int kChains = kChunkColumns % 4 == 0 ? 4 : (kChunkColumns % 2 == 0 ? 2 : 1);
     RowVector<kRows> rescale, max_or_zero;
     bool fused = true;
     CUTE_UNROLL
@@ -68,14 +98,21 @@ struct OnlineSoftmax {
       float block_max = -INFINITY;
       CUTE_UNROLL
       for (int j = 0; j < kScaleChunks; ++j) {
-        float chunk_max = -INFINITY;
+        float chain_max[kChains];
         CUTE_UNROLL
-        for (int c = j * kChunkColumns; c < (j + 1) * kChunkColumns; ++c) chunk_max = fmaxf(chunk_max, s(r, c));
+        for (int k = 0; k < kChains; ++k) chain_max[k] = -INFINITY;
+        CUTE_UNROLL
+        for (int c = 0; c < kChunkColumns; ++c) {
+          chain_max[c % kChains] = fmaxf(chain_max[c % kChains], s(r, j * kChunkColumns + c));
+        }
+        float chunk_max = chain_max[0];
+        CUTE_UNROLL
+        for (int k = 1; k < kChains; ++k) chunk_max = fmaxf(chunk_max, chain_max[k]);
         // The max of the products: descales are > 0.
-        block_max = fmaxf(block_max, kFp8 ? chunk_max * chunk_descale[j] : chunk_max);
+        block_max = fmaxf(block_max, kFp8 ? chunk_max * chunk_scales[j] : chunk_max);
       }
       block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
-      if constexpr (kFp8) block_max *= row_descale(r);
+      if constexpr (kFp8) block_max *= row_scales(r);
       const float new_max = fmaxf(row_max(r), block_max);
       rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
       row_max(r) = new_max;
@@ -89,16 +126,22 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;
-        float block_sum = 0.f;
+        float chain_sum[kChains];
+        CUTE_UNROLL
+        for (int k = 0; k < kChains; ++k) chain_sum[k] = 0.f;
         CUTE_UNROLL
         for (int j = 0; j < kScaleChunks; ++j) {
-          const float descale = kFp8 ? row_descale(r) * chunk_descale[j] : 1.f;
+          const float descale = kFp8 ? row_scales(r) * chunk_scales[j] : 1.f;
           CUTE_UNROLL
-          for (int c = j * kChunkColumns; c < (j + 1) * kChunkColumns; ++c) {
-            s(r, c) = exp2f(exponent_of(s(r, c), r, descale, shifted_max));
-            block_sum += s(r, c);
+          for (int c = 0; c < kChunkColumns; ++c) {
+            float& score = s(r, j * kChunkColumns + c);
+            score = exp2f(exponent_of(score, r, descale, shifted_max));
+            chain_sum[c % kChains] += score;
           }
         }
+        float block_sum = chain_sum[0];
+        CUTE_UNROLL
+        for (int k = 1; k < kChains; ++k) block_sum += chain_sum[k];
         row_sum(r) = row_sum(r) * rescale(r) + block_sum;
       }
     };
