@@ -364,6 +364,11 @@ struct ForwardMainloop {
     if (n_block >= unmasked_end) mask.apply(scores, tScS, tile.m_block, n_block);
     softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
     Tensor p = convert_p(scores);
+    // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
+    // runs on the tensor cores, just before the P V it must precede (FlashAttention-3's order),
+    // rather than between the GEMMs of two steps.
+    RowVector<kRows> pending_rescale;
+    fill(pending_rescale, 1.f);
 
     auto overlapped_step = [&](int n_block, auto needs_mask) {
       Tensor next_scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
@@ -371,6 +376,7 @@ struct ForwardMainloop {
       v_pipeline.consumer_wait(v_state);
       Pingpong::wait_turn();
       warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), next_scores);
+      Softmax::rescale_output(output, pending_rescale);
       Tensor tOrP = p_as_operand(p);
       warpgroup_gemm<false, false>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
       Pingpong::pass_turn();
@@ -379,12 +385,11 @@ struct ForwardMainloop {
       k_pipeline.consumer_release(k_state);
       ++k_state;
       if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.m_block, n_block);
-      const auto rescale = softmax_step(next_scores, n_block);
+      pending_rescale = softmax_step(next_scores, n_block);
       warpgroup_wait<0>();
       warpgroup_fence_operand(output);
       v_pipeline.consumer_release(v_state);
       ++v_state;
-      Softmax::rescale_output(output, rescale);
       p = convert_p(next_scores);
     };
     for (--n_block; n_block >= unmasked_end; --n_block) overlapped_step(n_block, cute::true_type{});
@@ -393,6 +398,7 @@ struct ForwardMainloop {
     // Every Q K^T of this tile has retired: the producer may bring the next tile's Q.
     barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
     v_pipeline.consumer_wait(v_state);
+    Softmax::rescale_output(output, pending_rescale);
     Tensor tOrP = p_as_operand(p);
     warpgroup_gemm<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
     v_pipeline.consumer_release(v_state);
