@@ -6,7 +6,7 @@
 //     (rotate() says why that is the same sequence of operations per element), its normalising
 //     factor taken from fast_walsh_hadamard itself (normalising_factor());
 //   - the scale is core/fp8_scale.hpp's fp8_scale_of, the code from_float<float8_e4m3>(value /
-//     scale), and a block whose scale is not finite gets NaN codes (0x7f), as on the CPU;
+//     scale) (computed by the hardware's conversion: e4m3_codes says why that is the same), and a block whose scale is not finite gets NaN codes (0x7f), as on the CPU;
 //   - every rounding float operation is an ieee_* of core/fp8_scale.hpp (.rn PTX without .ftz:
 //     this library is compiled with --use_fast_math), and every test of a float goes through its
 //     bits;
@@ -34,6 +34,7 @@
 // Either way each scale has one writer, and every element of out one.
 // Rotations are recomputed in the second read rather than kept, as on the CPU.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -301,6 +302,28 @@ __device__ void tile_amaxes(const Params& p, const Tile& tile, const RowLane<kVe
   });
 }
 
+// from_float<float8_e4m3>(lo).bits | from_float<float8_e4m3>(hi).bits << 8, by the hardware's
+// conversion (one F2FP for two elements, where the software rule takes some twenty integer
+// instructions and branches each). Why it is the same in every bit: from_float is
+// sign(v) | m(|v|), m rounding |v| to e4m3's magnitudes to nearest even (subnormal codes 1 to 7
+// included, in units of 2^-9), saturating at 0x7e (448) for |v| >= 448 and infinity, and giving
+// 0x7f for NaN. cvt.rn.satfinite.e4m3x2.f32 is that rounding (.rn: to nearest even, which is
+// symmetric in the sign, so its magnitude for v is m(|v|)); .satfinite clamps finite results past
+// 448 and infinities to 448, 0x7e; NaN gives the canonical 0x7f. A float32 subnormal input
+// (whether or not the hardware flushes it) lies below 2^-10, half the smallest e4m3 subnormal, so
+// it rounds to magnitude 0 either way. Where the hardware's sign could differ from v's (a result
+// of zero, -0 or a negative value rounding to 0, and NaN, whose sign PTX drops), OR-ing in v's
+// sign bit, as the software does for every result, makes them agree: every other code already
+// carries v's sign. (In tile_codes no NaN reaches it anyway: a block holding one has a NaN scale
+// and NaN codes.) PTX puts the first source operand in the upper byte.
+__device__ uint32_t e4m3_codes(float lo, float hi) {
+  uint16_t codes;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(codes) : "f"(hi), "f"(lo));
+  // Byte 3 (sign and top exponent bits) of lo into byte 0, of hi into byte 1; then their sign bits.
+  const uint32_t signs = __byte_perm(bits_of(lo), bits_of(hi), 0x0073u) & 0x8080u;
+  return static_cast<uint32_t>(codes) | signs;
+}
+
 // Pass 2 over a tile: the codes of each row, scale_of_slot(slot) being its block's scale.
 template <class Element, int kVec, int kChunks, class ScaleOfSlot>
 __device__ void tile_codes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
@@ -321,9 +344,20 @@ __device__ void tile_codes(const Params& p, const Tile& tile, const RowLane<kVec
       const int vector = j * p.lanes + lane.sublane;
       if (j >= p.chunks || vector >= p.vectors) continue;
       uint8_t codes[kVec];
+      if (finite) {
+        if constexpr (kVec == 1) {
+          codes[0] = static_cast<uint8_t>(e4m3_codes(ieee_div(values[j][0], scale), 0.f));
+        } else {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        codes[k] = finite ? from_float<float8_e4m3>(ieee_div(values[j][k], scale)).bits : kFloat8E4M3NaN;
+          for (int k = 0; k < kVec; k += 2) {
+            const uint32_t pair = e4m3_codes(ieee_div(values[j][k], scale), ieee_div(values[j][k + 1], scale));
+            codes[k] = static_cast<uint8_t>(pair);
+            codes[k + 1] = static_cast<uint8_t>(pair >> 8);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) codes[k] = kFloat8E4M3NaN;
       }
       Vector bits;
       memcpy(&bits, codes, sizeof bits);
@@ -441,15 +475,38 @@ Status check_launch(const char* kernel) {
 }
 
 // A grid of at most as many CTAs as the device holds at once; the kernels loop over the rest.
-template <class Kernel>
-Status grid_size(Kernel kernel, int64_t tiles, unsigned& grid) {
-  int device = 0, sm_count = 0, per_sm = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  if (error != cudaSuccess) return cuda_failure("cudaDeviceGetAttribute", error);
-  error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  if (error != cudaSuccess) return cuda_failure("cudaOccupancyMaxActiveBlocksPerMultiprocessor", error);
-  grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(std::max(per_sm, 1)) * std::max(sm_count, 1)));
+// The SM count and the kernel's CTAs per SM are asked once per device (and kernel) and kept: the
+// occupancy query costs microseconds of host time, a sizeable share of a call that quantises a few
+// megabytes. A race between two threads only repeats the query, which gives the same answer.
+constexpr int kCachedDevices = 64;
+
+std::atomic<int> sm_count_of_device[kCachedDevices];
+
+template <auto kKernel>
+Status grid_size(int64_t tiles, unsigned& grid) {
+  static std::atomic<int> ctas_per_sm_of_device[kCachedDevices];
+  int device = 0;
+  if (const cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
+  const bool cached = device >= 0 && device < kCachedDevices;
+  int sm_count = cached ? sm_count_of_device[device].load(std::memory_order_relaxed) : 0;
+  int per_sm = cached ? ctas_per_sm_of_device[device].load(std::memory_order_relaxed) : 0;
+  if (sm_count == 0) {
+    if (const cudaError_t error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+        error != cudaSuccess) {
+      return cuda_failure("cudaDeviceGetAttribute", error);
+    }
+    sm_count = std::max(sm_count, 1);
+    if (cached) sm_count_of_device[device].store(sm_count, std::memory_order_relaxed);
+  }
+  if (per_sm == 0) {
+    if (const cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0);
+        error != cudaSuccess) {
+      return cuda_failure("cudaOccupancyMaxActiveBlocksPerMultiprocessor", error);
+    }
+    per_sm = std::max(per_sm, 1);
+    if (cached) ctas_per_sm_of_device[device].store(per_sm, std::memory_order_relaxed);
+  }
+  grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(per_sm) * sm_count));
   return Status::kOk;
 }
 
@@ -458,14 +515,14 @@ Status run(const QuantizeProblem& problem, Params p) {
   auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
   unsigned grid = 0;
   if (p.amax_bits == nullptr) {  // fused
-    if (Status s = grid_size(fused_kernel<Element, kVec>, p.tiles, grid); s != Status::kOk) return s;
+    if (Status s = grid_size<fused_kernel<Element, kVec>>(p.tiles, grid); s != Status::kOk) return s;
     fused_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
     return check_launch("the FP8 quantisation kernel");
   }
-  if (Status s = grid_size(amax_kernel<Element, kVec>, p.tiles, grid); s != Status::kOk) return s;
+  if (Status s = grid_size<amax_kernel<Element, kVec>>(p.tiles, grid); s != Status::kOk) return s;
   amax_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
   if (Status s = check_launch("the FP8 amax kernel"); s != Status::kOk) return s;
-  if (Status s = grid_size(codes_kernel<Element, kVec>, p.tiles, grid); s != Status::kOk) return s;
+  if (Status s = grid_size<codes_kernel<Element, kVec>>(p.tiles, grid); s != Status::kOk) return s;
   codes_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
   return check_launch("the FP8 codes kernel");
 }
