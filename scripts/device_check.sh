@@ -92,7 +92,7 @@ tests)
   backward=$(find build-device -name test_sm90_backward -type f | head -1)
   small_backward='ShapeMatrix/*bf16_d128_causal_sq17_*:ShapeMatrix/*fp16_d64_full_sq300_sk77_*:ShapeMatrix/*bf16_d96_causal_sq77_sk300_*:VarlenMatrix/*d128*:Sm90Test.Sm90Backward*'
   fp8=$(find build-device -name test_sm90_fp8 -type f | head -1)
-  small_fp8='Fp8Matrix/*d128_causal_sq129_*:Fp8Matrix/*d64_full_sq17_*:Fp8Matrix/*d256_causal_sq300_sk77_*:Sm90Fp8Test.*:Sm90Quantize*'
+  small_fp8='Fp8Matrix/*d128_causal_sq129_*:Fp8Matrix/*d64_full_sq17_*:Fp8Matrix/*d256_causal_sq300_sk77_*:Sm90Fp8Test.*:*Sm90Quantize*bf16_d128_rot*'
   for tool in memcheck racecheck synccheck initcheck; do
     if [[ $hung != *test_sm90_forward* ]]; then
       timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$binary" --gtest_filter="$small" \

