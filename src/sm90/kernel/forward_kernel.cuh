@@ -127,13 +127,8 @@ struct ForwardKernel {
         Tensor output = partition_fragment_C(mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
         constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
         RowVector<kRows> lse;
-        if constexpr (kFp8) {
-          Mainloop::mma(params.mainloop, shared, k_pipeline, vt_pipeline, read_state, work.coord, work.seq,
-                        work.mask, work.key_block_end, work_idx, thread_idx, output, lse);
-        } else {
-          Mainloop::mma(params.mainloop, shared, k_pipeline, v_pipeline, read_state, work.coord, work.seq,
-                        work.mask, work.key_block_end, work_idx, thread_idx, output, lse);
-        }
+        Mainloop::mma(params.mainloop, shared, k_pipeline, pv_operand_pipeline(v_pipeline, vt_pipeline), read_state,
+                      work.coord, work.seq, work.mask, work.key_block_end, work_idx, thread_idx, output, lse);
         Epilogue::store(params.epilogue, Mainloop::pv_operand_buffer(shared), shared.output_drained, work.coord,
                         work.seq, thread_idx, output, lse);
         ++work_idx;
@@ -158,10 +153,20 @@ struct ForwardKernel {
     }
   }
 
+  // The pipeline that hands the consumers P V's B operand: V's (16-bit), V^T's (FP8).
+  template <class VtPipeline>
+  __device__ static auto& pv_operand_pipeline(Pipeline& v_pipeline, VtPipeline& vt_pipeline) {
+    if constexpr (kFp8) {
+      return vt_pipeline;
+    } else {
+      return v_pipeline;
+    }
+  }
+
   // FP8, the transposing warps: the tiles the producer warp loads, in its order.
   template <class VtPipeline, class Cursor>
   __device__ static void transpose_tiles(Params const& params, typename Mainloop::SharedStorage& shared,
-                                   Pipeline& v_pipeline, VtPipeline& vt_pipeline, Cursor& cursor, int thread) {
+                                         Pipeline& v_pipeline, VtPipeline& vt_pipeline, Cursor& cursor, int thread) {
     typename Config::PipelineState v_state;
     auto vt_state = cutlass::make_producer_start_state<TransposePipeline>();
     int work_idx = 0;

@@ -258,7 +258,6 @@ struct ForwardMainloop {
     const uint32_t v_base = cast_smem_ptr_to_uint(shared.v.data());
     const uint32_t vt_base = cast_smem_ptr_to_uint(shared.transpose.vt.data());
     constexpr uint32_t kWarps = kTransposeThreads / 32;
-    constexpr uint32_t kKeyChunks = kBlockN / 16;
     // Unsigned coordinates: the layouts' divisions by powers of two become shifts.
     const uint32_t warp = uint32_t(thread) / 32, lane = uint32_t(thread) % 32;
     const uint32_t matrix = lane / 8, matrix_row = lane % 8;  // the row address this lane gives
