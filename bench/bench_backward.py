@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 import hopattn._torch_ops  # noqa: E402,F401  (registers torch.ops.hopattn)
 from hopattn._frontend import LAYOUTS, TorchFrontend  # noqa: E402
-from bench_common import first_output, load_fa3, report_header, rotated, spread  # noqa: E402
+from bench_common import first_output, load_fa3, plot_sweep, report_header, rotated, spread  # noqa: E402
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -272,33 +272,9 @@ def determinism(impls, batch, seqlen, heads, head_dim, causal, rep_ms):
 
 
 def plot(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    head_dims = sorted({r["head_dim"] for r in rows})
-    fig, axes = plt.subplots(2, len(head_dims), figsize=(5 * len(head_dims), 8), sharey=True,
-                             squeeze=False)
-    for col, head_dim in enumerate(head_dims):
-        for line, causal in enumerate((False, True)):
-            ax = axes[line][col]
-            cases = [r for r in rows if r["head_dim"] == head_dim and r["causal"] == causal]
-            for name, style in (("hopattn", "o-"), ("fa3", "d-"), ("sdpa_cudnn", "s--"),
-                                ("sdpa_fa2", "^--")):
-                points = [(r["seqlen"], r[name]["tflops"]) for r in cases
-                          if "tflops" in r.get(name, {})]
-                if points:
-                    ax.plot(*zip(*points), style, label=LABELS[name])
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"head_dim {head_dim}, {'causal' if causal else 'non-causal'}")
-            ax.set_xlabel("seqlen")
-            ax.grid(alpha=0.3)
-            if col == 0:
-                ax.set_ylabel("TFLOP/s (BF16 backward)")
-    axes[0][0].legend()
-    fig.suptitle(f"Backward attention on {torch.cuda.get_device_name()}: 16k tokens, hidden 2048")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_sweep(rows, path, (("hopattn", "o-"), ("fa3", "d-"), ("sdpa_cudnn", "s--"), ("sdpa_fa2", "^--")),
+               LABELS, "TFLOP/s (BF16 backward)",
+               f"Backward attention on {torch.cuda.get_device_name()}: 16k tokens, hidden 2048")
 
 
 def print_report(rows, summary, errors, peak, det):

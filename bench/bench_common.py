@@ -81,3 +81,32 @@ def report_header(torch, hopattn, commit, timing):
         date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         torch=torch.__version__, cudnn=torch.backends.cudnn.version(), host=platform.node(),
         hopattn_build=hopattn.build_info(), timing=timing)
+
+
+def plot_sweep(rows, path, series, labels, ylabel, title):
+    """TFLOP/s against seqlen, one panel per (mask, head_dim) of the rows: `series` the (name, matplotlib
+    style) of the implementations to draw, `labels` their legend names."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    head_dims = sorted({r["head_dim"] for r in rows})  # the ones this run measured
+    fig, axes = plt.subplots(2, len(head_dims), figsize=(5 * len(head_dims), 8), sharey=True, squeeze=False)
+    for col, head_dim in enumerate(head_dims):
+        for line, causal in enumerate((False, True)):
+            ax = axes[line][col]
+            cases = [r for r in rows if r["head_dim"] == head_dim and r["causal"] == causal]
+            for name, style in series:
+                points = [(r["seqlen"], r[name]["tflops"]) for r in cases if "tflops" in r.get(name, {})]
+                if points:
+                    ax.plot(*zip(*points), style, label=labels[name])
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"head_dim {head_dim}, {'causal' if causal else 'non-causal'}")
+            ax.set_xlabel("seqlen")
+            ax.grid(alpha=0.3)
+            if col == 0:
+                ax.set_ylabel(ylabel)
+    axes[0][0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

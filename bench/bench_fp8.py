@@ -32,7 +32,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
-from bench_common import first_output, load_fa3, report_header, rotated, spread  # noqa: E402
+from bench_common import first_output, load_fa3, plot_sweep, report_header, rotated, spread  # noqa: E402
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -238,31 +238,10 @@ def accuracy(fa3, cudnn, distribution, causal=False):
 
 
 def plot(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    head_dims = sorted({r["head_dim"] for r in rows})
-    fig, axes = plt.subplots(2, len(head_dims), figsize=(5 * len(head_dims), 8), sharey=True, squeeze=False)
-    for col, head_dim in enumerate(head_dims):
-        for line, causal in enumerate((False, True)):
-            ax = axes[line][col]
-            cases = [r for r in rows if r["head_dim"] == head_dim and r["causal"] == causal]
-            for name, style in (("hopattn_fp8", "o-"), ("fa3_fp8", "d-"), ("cudnn_fp8", "s--"),
-                                ("hopattn_e2e", "o:"), ("hopattn_bf16", "x:")):
-                points = [(r["seqlen"], r[name]["tflops"]) for r in cases if "tflops" in r.get(name, {})]
-                if points:
-                    ax.plot(*zip(*points), style, label=LABELS[name])
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"head_dim {head_dim}, {'causal' if causal else 'non-causal'}")
-            ax.set_xlabel("seqlen")
-            ax.grid(alpha=0.3)
-            if col == 0:
-                ax.set_ylabel("TFLOP/s (FP8 forward)")
-    axes[0][0].legend()
-    fig.suptitle(f"FP8 forward attention on {torch.cuda.get_device_name()}: 16k tokens, hidden 2048")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_sweep(rows, path, (("hopattn_fp8", "o-"), ("fa3_fp8", "d-"), ("cudnn_fp8", "s--"), ("hopattn_e2e", "o:"),
+                            ("hopattn_bf16", "x:")),
+               LABELS, "TFLOP/s (FP8 forward)",
+               f"FP8 forward attention on {torch.cuda.get_device_name()}: 16k tokens, hidden 2048")
 
 
 def main():
