@@ -36,7 +36,6 @@ import contextlib
 import ctypes
 import json
 import math
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -50,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 import hopattn._torch_ops  # noqa: E402,F401  (registers torch.ops.hopattn)
 from hopattn._frontend import LAYOUTS, TorchFrontend  # noqa: E402
-from bench_common import first_output, load_fa3, plot_sweep, report_header, rotated, spread  # noqa: E402
+from bench_common import (add_run_arguments, add_sweep_arguments, first_output, load_fa3,  # noqa: E402
+                          plot_sweep, report_header, rotated, spread)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -324,14 +324,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--plot", type=Path)
-    parser.add_argument("--head-dims", type=int, nargs="+", default=HEAD_DIMS)
-    parser.add_argument("--seqlens", type=int, nargs="+", default=SEQLENS)
+    add_sweep_arguments(parser, HEAD_DIMS, SEQLENS)
     parser.add_argument("--quick", action="store_true",
                         help=f"only {len(QUICK)} cases (head_dim, seqlen, causal): {QUICK}")
     parser.add_argument("--list-cases", action="store_true", help="print the cases and exit")
-    parser.add_argument("--rep-ms", type=float, default=200.0, help="do_bench time per case")
-    parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
-    parser.add_argument("--fa3-path", help="FA3's hopper/ directory (default: $HOPATTN_FA3_PATH)")
+    add_run_arguments(parser, rep_ms=200.0)
     args = parser.parse_args()
 
     chosen = QUICK if args.quick else [(d, s, c) for d in args.head_dims for s in args.seqlens

@@ -83,6 +83,19 @@ def report_header(torch, hopattn, commit, timing):
         hopattn_build=hopattn.build_info(), timing=timing)
 
 
+def add_run_arguments(parser, rep_ms):
+    """The arguments every benchmark takes: time per case, the commit to record, FA3's location."""
+    parser.add_argument("--rep-ms", type=float, default=rep_ms, help="do_bench time per case")
+    parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
+    parser.add_argument("--fa3-path", help=f"FA3's hopper/ directory (default: ${FA3_PATH_ENV})")
+
+
+def add_sweep_arguments(parser, head_dims, seqlens):
+    """The FlashAttention-3 sweep's axes, which a run may narrow."""
+    parser.add_argument("--head-dims", type=int, nargs="+", default=head_dims)
+    parser.add_argument("--seqlens", type=int, nargs="+", default=seqlens)
+
+
 def plot_sweep(rows, path, series, labels, ylabel, title):
     """TFLOP/s against seqlen, one panel per (mask, head_dim) of the rows: `series` the (name, matplotlib
     style) of the implementations to draw, `labels` their legend names."""

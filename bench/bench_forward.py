@@ -22,7 +22,6 @@ Usage: python3 bench/bench_forward.py --json bench/results/forward.json --plot b
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -33,8 +32,8 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
-from bench_common import (first_output, host_us, load_fa3, plot_sweep, report_header, rotated,  # noqa: E402
-                          spread)
+from bench_common import (add_run_arguments, add_sweep_arguments, first_output, host_us,  # noqa: E402
+                          load_fa3, plot_sweep, report_header, rotated, spread)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -155,11 +154,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--plot", type=Path)
-    parser.add_argument("--head-dims", type=int, nargs="+", default=HEAD_DIMS)
-    parser.add_argument("--seqlens", type=int, nargs="+", default=SEQLENS)
-    parser.add_argument("--rep-ms", type=float, default=200.0, help="do_bench time per case")
-    parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
-    parser.add_argument("--fa3-path", help="FA3's hopper/ directory (default: $HOPATTN_FA3_PATH)")
+    add_sweep_arguments(parser, HEAD_DIMS, SEQLENS)
+    add_run_arguments(parser, rep_ms=200.0)
     args = parser.parse_args()
 
     fa3, fa3_info = load_fa3(args.fa3_path)

@@ -35,7 +35,6 @@ Usage: python3 bench/bench_varlen.py --json bench/results/varlen.json --plot ben
 """
 import argparse
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -47,7 +46,8 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
-from bench_common import first_output, host_us, load_fa3, report_header, rotated, spread  # noqa: E402
+from bench_common import (add_run_arguments, first_output, host_us, load_fa3, report_header,  # noqa: E402
+                          rotated, spread)
 
 TOTALS = [16384, 32768, 65536]
 MIN_LEN, MAX_LEN = 128, 8192
@@ -215,9 +215,7 @@ def main():
     parser.add_argument("--plot", type=Path)
     parser.add_argument("--totals", type=int, nargs="+", default=TOTALS)
     parser.add_argument("--seed", type=int, default=0, help="seed of the length draw")
-    parser.add_argument("--rep-ms", type=float, default=200.0, help="do_bench time per case")
-    parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
-    parser.add_argument("--fa3-path", help="FA3's hopper/ directory (default: $HOPATTN_FA3_PATH)")
+    add_run_arguments(parser, rep_ms=200.0)
     args = parser.parse_args()
 
     fa3, fa3_info = load_fa3(args.fa3_path)
