@@ -1,5 +1,5 @@
 """What the benchmark scripts share: loading FlashAttention-3, the report header, host overhead,
-the per-case rotation of implementations, and ratio summaries.
+the per-case rotation of implementations, ratio summaries, and variant builds of hopattn.
 
 FlashAttention-3 is a peer built from source outside this repository (hopper/ of
 Dao-AILab/flash-attention); the caller puts its directory on PYTHONPATH or names it in
@@ -88,6 +88,42 @@ def add_run_arguments(parser, rep_ms):
     parser.add_argument("--rep-ms", type=float, default=rep_ms, help="do_bench time per case")
     parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
     parser.add_argument("--fa3-path", help=f"FA3's hopper/ directory (default: ${FA3_PATH_ENV})")
+
+
+def add_variant_argument(parser):
+    """--variant NAME=LIBRARY (repeatable): another build of libhopattn.so (an experiment) timed
+    beside the one loaded, in the same rotation, as the implementation "hopattn@NAME"."""
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=LIBRARY",
+                        help="another libhopattn.so to time beside the loaded one")
+
+
+def with_variants(impls, variants):
+    """`impls` plus one copy of impls["hopattn"] per --variant, each running on its own build of the
+    library. The package loads one library per process (hopattn._lib.library, cached); each call
+    here makes its build the loaded one first, which costs nothing unless the build changes, and
+    do_bench's warm-up calls absorb that."""
+    if not variants:
+        return impls
+    from hopattn import _lib
+    base = str(_lib.find_library())
+    loaded = [base]
+
+    def on(path, fn):
+        def run(*args):
+            if loaded[0] != path:
+                os.environ["HOPATTN_LIBRARY"] = path
+                _lib.library.cache_clear()
+                loaded[0] = path
+            return fn(*args)
+        return run
+
+    result = dict(impls, hopattn=on(base, impls["hopattn"]))
+    for variant in variants:
+        name, _, path = variant.partition("=")
+        if not name or not Path(path).is_file():
+            raise SystemExit(f"--variant {variant!r}: expected NAME=LIBRARY with LIBRARY an existing file")
+        result[f"hopattn@{name}"] = on(str(Path(path).resolve()), impls["hopattn"])
+    return result
 
 
 def add_sweep_arguments(parser, head_dims, seqlens):

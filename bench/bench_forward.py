@@ -32,8 +32,9 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
-from bench_common import (add_run_arguments, add_sweep_arguments, first_output, host_us,  # noqa: E402
-                          load_fa3, plot_sweep, report_header, rotated, spread)
+from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument,  # noqa: E402
+                          first_output, host_us, load_fa3, plot_sweep, report_header, rotated, spread,
+                          with_variants)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -156,15 +157,21 @@ def main():
     parser.add_argument("--plot", type=Path)
     add_sweep_arguments(parser, HEAD_DIMS, SEQLENS)
     add_run_arguments(parser, rep_ms=200.0)
+    add_variant_argument(parser)
+    parser.add_argument("--no-ablation", action="store_true", help="leave out the ablation point")
     args = parser.parse_args()
 
     fa3, fa3_info = load_fa3(args.fa3_path)
     if fa3 is None:
         print(f"FlashAttention-3 not available: {fa3_info['reason']}", file=sys.stderr)
-    impls = implementations(fa3)
+    impls = with_variants(implementations(fa3), args.variant)
+    variants = [name for name in impls if name.startswith("hopattn@")]
+    for name in variants:
+        LABELS[name] = name
     cases = [(16384 // s, s, 2048 // d, d, c) for d in args.head_dims for s in args.seqlens
              for c in (False, True)]
-    cases.append((ABLATION["batch"], ABLATION["seqlen"], ABLATION["heads"], ABLATION["head_dim"], False))
+    if not args.no_ablation:
+        cases.append((ABLATION["batch"], ABLATION["seqlen"], ABLATION["heads"], ABLATION["head_dim"], False))
     rows = []
     for i, case in enumerate(cases):
         rows.append(time_case(impls, rotated(impls, i), *case, args.rep_ms))
@@ -201,6 +208,10 @@ def main():
               f" {ratio(r, 'speedup_vs_fa3')} {ratio(r, 'speedup_vs_sdpa_fa2')}"
               f" {ratio(r, 'speedup_vs_sdpa_cudnn')}  {ratio(r, 'hopattn_over_best_fa3_cudnn')}"
               f" {ratio(r, 'hopattn_over_best_peer')}")
+    for name in variants:
+        print(f"{name} / hopattn: " + ", ".join(
+            f"d{r['head_dim']} {r['seqlen']}{' c' if r['causal'] else ''} {r[name]['tflops'] / r['hopattn']['tflops']:.3f}"
+            for r in rows if "tflops" in r.get(name, {}) and "tflops" in r["hopattn"]))
     print("vsBest: hopattn / best of FA3 and cuDNN; vsAll: hopattn / best of every peer"
           + ("" if fa3 else "  (FA3 not available: vsBest is vs cuDNN alone)"))
     for key, label in (("best_fa3_cudnn", "best of FA3 and cuDNN"), ("best_peer", "best peer")):
