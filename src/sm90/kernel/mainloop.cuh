@@ -311,7 +311,7 @@ struct ForwardMainloop {
     Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
-    using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks, fma_exp2_degree<Element>()>;
+    using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks>;
     Softmax softmax(params.softmax_scale);
     clear(output);
 
@@ -333,9 +333,7 @@ struct ForwardMainloop {
       Fp8Scales const& v_scales = params.descales.v;
       v_descale = usable_scale(__ldg(v_scales.data + v_scales.index(seq.tensor_batch, head_kv, 0)));
     }
-    // `unmasked`: a true_type when the block has no masked score.
-    auto softmax_step = [&](auto& scores, int n_block, auto unmasked) {
-      constexpr bool kUnmasked = decltype(unmasked)::value;
+    auto softmax_step = [&](auto& scores, int n_block) {
       if constexpr (kFp8) {
         typename Softmax::ChunkScales k_descale;
         CUTE_UNROLL
@@ -344,9 +342,9 @@ struct ForwardMainloop {
           const int block = params.descales.k_rows_per_scale.div(int(seq.k_begin) + key);
           k_descale[j] = usable_scale(__ldg(k_scales_of_head + block));
         }
-        return softmax.template step<kUnmasked>(scores, q_descale, k_descale);
+        return softmax.step(scores, q_descale, k_descale);
       } else {
-        return softmax.template step<kUnmasked>(scores);
+        return softmax.step(scores);
       }
     };
 
@@ -363,7 +361,7 @@ struct ForwardMainloop {
     k_pipeline.consumer_release(k_state);
     ++k_state;
     if (n_block >= unmasked_end) mask.apply(scores, tScS, tile.m_block, n_block);
-    softmax_step(scores, n_block, cute::false_type{});  // the output is still zero: nothing to rescale
+    softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
     Tensor p = convert_p(scores);
     // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
     // runs on the tensor cores, just before the P V it must precede (FlashAttention-3's order),
@@ -386,7 +384,7 @@ struct ForwardMainloop {
       k_pipeline.consumer_release(k_state);
       ++k_state;
       if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.m_block, n_block);
-      pending_rescale = softmax_step(next_scores, n_block, cute::bool_constant<!decltype(needs_mask)::value>{});
+      pending_rescale = softmax_step(next_scores, n_block);
       warpgroup_wait<0>();
       warpgroup_fence_operand(output);
       v_pipeline.consumer_release(v_state);

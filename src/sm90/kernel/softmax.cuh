@@ -22,53 +22,13 @@ __device__ __forceinline__ float quad_allreduce(float value, Op op) {
 template <int kRows>
 using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 
-// 2^x in FMA-pipe instructions, for a share of each block's exponentials: the MUFU unit (16 per SM
-// per cycle) is shared by both consumer warpgroups, whose softmax phases overlap, while the FMA pipe
-// idles (performance log v12). x = j + f with j = rint(x) (the 1.5 * 2^23 shifter), 2^f on
-// [-1/2, 1/2] by a polynomial of kDegree, times 2^j built in an exponent field. Relative error
-// 4.1e-3, 2.0e-4 and 8.0e-6 for degree 2, 3 and 4: an eighth of half an ulp of P in e4m3, bf16 and
-// fp16. x below -126 counts as -126: 2^-126 instead of 0, which is why only blocks without masked
-// scores take it (a rounded P of 0 either way, and nothing in a row sum of at least 1). NaN stays
-// NaN: max.NaN keeps it, and NaN times 2^j is NaN.
-template <int kDegree>
-__device__ __forceinline__ float exp2_on_fma_pipe(float x) {
-  static_assert(kDegree >= 2 && kDegree <= 4);
-  // Minimax for the relative error of 2^f on [-1/2, 1/2], by degree; constant term first.
-  constexpr float kCoefficients[3][5] = {
-      {1.00023508f, 0.698514223f, 0.235971794f, 0.f, 0.f},
-      {0.999976873f, 0.693244398f, 0.241868570f, 0.0548730567f, 0.f},
-      {0.999999642f, 0.693134725f, 0.240246579f, 0.0558210202f, 0.00953745935f}};
-  constexpr float kShifter = 12582912.f;  // 1.5 * 2^23: x + kShifter has rint(x) in its low bits
-  float clamped;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(clamped) : "f"(x), "f"(-126.f));
-  const float shifted = __fadd_rn(clamped, kShifter);
-  const float fraction = __fsub_rn(clamped, __fsub_rn(shifted, kShifter));
-  float poly = kCoefficients[kDegree - 2][kDegree];
-  CUTE_UNROLL
-  for (int i = kDegree - 1; i >= 0; --i) poly = fmaf(poly, fraction, kCoefficients[kDegree - 2][i]);
-  // rint(x) << 23 plus the exponent field of 1: 2^rint(x), normal for rint(x) >= -126.
-  const float power = __int_as_float((__float_as_int(shifted) << 23) + 0x3f800000);
-  return poly * power;
-}
-
-// The degree that keeps exp2_on_fma_pipe within an eighth of half an ulp of P's type.
-template <class ElementP>
-constexpr int fma_exp2_degree() {
-  return sizeof(ElementP) == 1 ? 2 : (cute::is_same_v<ElementP, cutlass::half_t> ? 4 : 3);
-}
-
-// Of every 8 columns of a block's scores, how many take exp2_on_fma_pipe (blocks without masked
-// scores only); the rest take MUFU.EX2.
-constexpr int kFmaExp2PerEight = 2;
-
 // kFp8: the scores are those of e4m3 codes, so a score's true value is the score times the Q
 // scale of its row and the K scale of its column's chunk (kScaleChunks equal column chunks: a chunk
 // never spans two K scale blocks), handed to every step; and P is to be rounded to e4m3, so it is
 // computed as exp2(exponent + kPLog2Offset), in [0, 256] rather than [0, 1]: e4m3 is normal from
 // 2^-6, which then holds P down to 2^-14 of the row's max with its full 3-bit mantissa instead of
 // 2^-6. The row sum carries the same factor, which cancels in O and is taken out of the LSE.
-// kPolynomialDegree: exp2_on_fma_pipe's, fma_exp2_degree of P's type.
-template <int kRows, bool kFp8, int kScaleChunks, int kPolynomialDegree>
+template <int kRows, bool kFp8 = false, int kScaleChunks = 1>
 struct OnlineSoftmax {
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;
   static constexpr float kPOffsetInverse = kFp8 ? 1.f / 256.f : 1.f;  // 2^-kPLog2Offset
@@ -90,8 +50,7 @@ struct OnlineSoftmax {
   // rows first, then the exponentials, so the max shuffles of every row are in flight together.
   // `row_descale`, `chunk_descale` (kFp8 only): the positive factors from the scores to true
   // scores; a NaN makes its scores NaN. The quad's lanes hold the same columns' chunks.
-  // `kUnmasked`: the block has no masked score, so a share of its exponentials may take the FMA pipe.
-  template <bool kUnmasked, class TensorS>
+  template <class TensorS>
   __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, RowVector<kRows> const& row_descale,
                                                    ChunkScales const& chunk_descale) {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
@@ -163,7 +122,7 @@ struct OnlineSoftmax {
     // One FFMA per score (fused_softmax_exponent) while every row of the warp has a max small
     // enough for it; otherwise an FADD and an FMUL (softmax_exponent), exact at any magnitude.
     // FP8 folds the descales into the FFMA's factor, and the exact form multiplies them in first.
-    auto exponentiate = [&](auto exponent_of, auto on_fma_pipe) {
+    auto exponentiate = [&](auto exponent_of) {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;
@@ -176,13 +135,7 @@ struct OnlineSoftmax {
           CUTE_UNROLL
           for (int c = 0; c < kChunkColumns; ++c) {
             float& score = s(r, j * kChunkColumns + c);
-            const float exponent = exponent_of(score, r, descale, shifted_max);
-            if constexpr (decltype(on_fma_pipe)::value) {
-              const bool fma_pipe = (j * kChunkColumns + c) % 8 < kFmaExp2PerEight;
-              score = fma_pipe ? exp2_on_fma_pipe<kPolynomialDegree>(exponent) : exp2f(exponent);
-            } else {
-              score = exp2f(exponent);
-            }
+            score = exp2f(exponent_of(score, r, descale, shifted_max));
             chain_sum[c % kChains] += score;
           }
         }
@@ -194,29 +147,25 @@ struct OnlineSoftmax {
     };
     const float c = scale_log2;
     if (__all_sync(0xffffffff, fused)) {
-      exponentiate(
-          [c](float score, int, float descale, float shifted_max) {
-            return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
-          },
-          cute::bool_constant<kUnmasked && kFmaExp2PerEight != 0>{});
+      exponentiate([c](float score, int, float descale, float shifted_max) {
+        return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
+      });
     } else {
-      exponentiate(
-          [&, c](float score, int r, float descale, float) {
-            const float true_score = kFp8 ? score * descale : score;
-            return softmax_exponent(true_score, max_or_zero(r), c) + kPLog2Offset;
-          },
-          cute::false_type{});
+      exponentiate([&, c](float score, int r, float descale, float) {
+        const float true_score = kFp8 ? score * descale : score;
+        return softmax_exponent(true_score, max_or_zero(r), c) + kPLog2Offset;
+      });
     }
     return rescale;
   }
 
   // 16-bit scores are true scores.
-  template <bool kUnmasked, class TensorS>
+  template <class TensorS>
   __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
     static_assert(!kFp8, "FP8 scores need their descales");
     RowVector<kRows> unused_rows;
     ChunkScales unused_chunks;
-    return step<kUnmasked>(scores, unused_rows, unused_chunks);
+    return step(scores, unused_rows, unused_chunks);
   }
 
   template <class TensorO>
