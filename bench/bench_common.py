@@ -91,15 +91,16 @@ def add_run_arguments(parser, rep_ms):
 
 
 def add_variant_argument(parser):
-    """--variant NAME=LIBRARY (repeatable): another build of libhopattn.so (an experiment) timed
-    beside the one loaded, in the same rotation, as the implementation "hopattn@NAME"."""
+    """--variant NAME=LIBRARY (repeatable): another build of libhopattn.so (an experiment,
+    scripts/build_variant.sh) timed beside the one loaded, in the same rotation, as "hopattn@NAME"
+    (bench_varlen.py: "hopattn_varlen@NAME")."""
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=LIBRARY",
                         help="another libhopattn.so to time beside the loaded one")
 
 
-def with_variants(impls, variants):
-    """`impls` plus one copy of impls["hopattn"] per --variant, each running on its own build of the
-    library. The package loads one library per process (hopattn._lib.library, cached); each call
+def with_variants(impls, variants, name="hopattn"):
+    """`impls` plus one copy of impls[name] per --variant, "name@VARIANT", each running on its own
+    build of the library. The package loads one library per process (hopattn._lib.library, cached); each call
     here makes its build the loaded one first, which costs nothing unless the build changes, and
     do_bench's warm-up calls absorb that."""
     if not variants:
@@ -117,12 +118,13 @@ def with_variants(impls, variants):
             return fn(*args)
         return run
 
-    result = dict(impls, hopattn=on(base, impls["hopattn"]))
+    # Every implementation that calls hopattn runs on the base build unless it is a variant.
+    result = {key: on(base, fn) if key.startswith("hopattn") else fn for key, fn in impls.items()}
     for variant in variants:
-        name, _, path = variant.partition("=")
-        if not name or not Path(path).is_file():
+        label, _, path = variant.partition("=")
+        if not label or not Path(path).is_file():
             raise SystemExit(f"--variant {variant!r}: expected NAME=LIBRARY with LIBRARY an existing file")
-        result[f"hopattn@{name}"] = on(str(Path(path).resolve()), impls["hopattn"])
+        result[f"{name}@{label}"] = on(str(Path(path).resolve()), impls[name])
     return result
 
 

@@ -46,8 +46,8 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
-from bench_common import (add_run_arguments, first_output, host_us, load_fa3, report_header,  # noqa: E402
-                          rotated, spread)
+from bench_common import (add_run_arguments, add_variant_argument, first_output, host_us,  # noqa: E402
+                          load_fa3, report_header, rotated, spread, with_variants)
 
 TOTALS = [16384, 32768, 65536]
 MIN_LEN, MAX_LEN = 128, 8192
@@ -120,7 +120,7 @@ def reference_sequence(x, index, causal):
 def check(impls, x, lengths, causal):
     """Max abs differences: hopattn vs FA3 on everything, each varlen impl vs float32 per sequence."""
     outputs, result = {}, {}
-    for name in ("hopattn_varlen", "fa3_varlen"):
+    for name in ["hopattn_varlen", "fa3_varlen"] + [n for n in impls if n.startswith("hopattn_varlen@")]:
         if name not in impls:
             continue
         try:
@@ -128,7 +128,7 @@ def check(impls, x, lengths, causal):
             result[name] = dict(nan=bool(torch.isnan(outputs[name]).any().item()))
         except Exception as error:
             result[name] = dict(error=f"{type(error).__name__}: {error}"[:300])
-    if len(outputs) == 2:
+    if "hopattn_varlen" in outputs and "fa3_varlen" in outputs:
         result["max_abs_hopattn_vs_fa3"] = (outputs["hopattn_varlen"]
                                            - outputs["fa3_varlen"]).abs().max().item()
     longest = max(range(len(lengths)), key=lambda i: lengths[i])
@@ -165,6 +165,9 @@ def time_case(impls, order, total, lengths, causal, seed, rep_ms):
         for other in ("hopattn_fixed", "fa3_varlen"):
             if other in ran:
                 row[f"hopattn_varlen_over_{other}"] = ran["hopattn_varlen"] / ran[other]
+        for other in ran:
+            if other.startswith("hopattn_varlen@"):
+                row[f"{other}_over_hopattn_varlen"] = ran[other] / ran["hopattn_varlen"]
     return row
 
 
@@ -216,6 +219,7 @@ def main():
     parser.add_argument("--totals", type=int, nargs="+", default=TOTALS)
     parser.add_argument("--seed", type=int, default=0, help="seed of the length draw")
     add_run_arguments(parser, rep_ms=200.0)
+    add_variant_argument(parser)
     args = parser.parse_args()
 
     fa3, fa3_info = load_fa3(args.fa3_path)
@@ -225,7 +229,10 @@ def main():
     if not varlen_info["available"]:
         varlen_info["reason"] = "hopattn has no attention_varlen"
         print("hopattn.attention_varlen not available: its rows record the error", file=sys.stderr)
-    impls = implementations(fa3)
+    impls = with_variants(implementations(fa3), args.variant, name="hopattn_varlen")
+    variants = [name for name in impls if name.startswith("hopattn_varlen@")]
+    for name in variants:
+        LABELS[name] = name
     cases = [(total, causal) for total in args.totals for causal in (False, True)]
     rows = []
     for i, (total, causal) in enumerate(cases):
@@ -283,6 +290,10 @@ def main():
         if s:
             print(f"{key} over {s['n']} cases: min {s['min']:.3f}  median {s['median']:.3f}"
                   f"  max {s['max']:.3f}")
+    for name in variants:
+        print(f"{name} / hopattn_varlen: " + ", ".join(
+            f"{r['total_tokens'] // 1024}k{' c' if r['causal'] else ''} {r[f'{name}_over_hopattn_varlen']:.3f}"
+            for r in rows if f"{name}_over_hopattn_varlen" in r))
     print("host us per call (one 128-token sequence): " + ", ".join(
         f"{LABELS[n]} {v:.1f}" if isinstance(v, float) else f"{LABELS[n]} error"
         for n, v in overhead.items()))
