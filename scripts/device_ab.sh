@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On the GPU machine, one call: the tree and experiments built side by side, then timed in one run
+# with FlashAttention-3 and the SDPA peers (bench_forward.py --variant; bench_varlen.py too with
+# --varlen). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
+# (scripts/build_variant.sh), e.g. a sed of a tuning constant or `patch -p1 < /path/to.patch`.
+# Representative kernels only (bf16, head_dim 128), so the default sweep is head_dim 128.
+#   usage: scripts/device_ab.sh [--varlen] [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
+#   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
+#   the device returns a few files per call)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+R=${OUT:-$PWD/device-out}
+L=$(mktemp -d)/logs
+mkdir -p "$R" "$L"
+trap 'tar czf "$R/logs_ab.tar.gz" -C "$(dirname "$L")" logs' EXIT
+varlen=0 seqlens="1024 2048 8192 16384"
+while [[ $# -gt 0 && $1 == --* ]]; do
+  case $1 in
+    --varlen) varlen=1; shift ;;
+    --seqlens) seqlens=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+commit=${HOPATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+features="" && ((varlen)) && features=varlen
+fa3_dir=$PWD/build-fa3-ab${features:+-$features}
+(MAX_JOBS=4 bash scripts/build_fa3_peer.sh .peers/fa3.tar.gz "$fa3_dir" $features >"$L/fa3_build.log" 2>&1) &
+pids=$!
+(JOBS=3 bash scripts/build_variant.sh base true >"$L/build_base.log" 2>&1) &
+pids="$pids $!"
+names=()
+for experiment in "$@"; do
+  name=${experiment%%=*}
+  names+=("$name")
+  (JOBS=3 bash scripts/build_variant.sh "$name" "${experiment#*=}" >"$L/build_$name.log" 2>&1) &
+  pids="$pids $!"
+done
+for pid in $pids; do wait "$pid"; done
+for log in "$L"/build_*.log; do echo "== $(basename "$log" .log)"; tail -4 "$log"; done
+tail -1 "$L/fa3_build.log"
+export PYTHONPATH=$PWD/python HOPATTN_LIBRARY=$PWD/build-variant-base/src/libhopattn.so HOPATTN_FA3_PATH=$fa3_dir/fa/hopper
+variants=()
+for name in "${names[@]}"; do variants+=(--variant "$name=$PWD/build-variant-$name/src/libhopattn.so"); done
+# shellcheck disable=SC2086
+timeout 300 python3 bench/bench_forward.py --json "$R/ab_forward.json" --head-dims 128 --seqlens $seqlens \
+  --no-ablation --commit "$commit" "${variants[@]}" 2>"$L/ab_forward_progress.log" | tee "$R/ab_forward.txt"
+if ((varlen)); then
+  timeout 200 python3 bench/bench_varlen.py --json "$R/ab_varlen.json" --commit "$commit" "${variants[@]}" \
+    2>"$L/ab_varlen_progress.log" | tee "$R/ab_varlen.txt"
+fi
