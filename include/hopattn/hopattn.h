@@ -366,6 +366,26 @@ HOPATTN_API hopattn_status hopattn_forward_fp8_workspace_size(
     const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
     hopattn_dtype o_dtype, const hopattn_forward_options* options, size_t* bytes);
 
+/*
+ * The variable-length form of hopattn_forward_fp8: q, k, v and o packed as hopattn_varlen
+ * describes (batch 1, as in hopattn_forward_varlen), lse (heads_q, total_q) or NULL. The scales
+ * are those hopattn_quantize_fp8 writes for the packed tensors: a HOPATTN_FP8_SCALE_BLOCK block
+ * holds block_rows rows of the packed tensor (it may span the end of one sequence and the start of
+ * the next), HOPATTN_FP8_SCALE_HEAD one scale per head over every sequence. The CPU backend takes
+ * it; the SM90 backend answers HOPATTN_ERROR_UNSUPPORTED for now.
+ */
+HOPATTN_API hopattn_status hopattn_forward_fp8_varlen(
+    const hopattn_tensor* q, const hopattn_fp8_scales* q_scales, const hopattn_tensor* k,
+    const hopattn_fp8_scales* k_scales, const hopattn_tensor* v, const hopattn_fp8_scales* v_scales,
+    hopattn_tensor* o, float* lse, const hopattn_varlen* varlen,
+    const hopattn_forward_options* options);
+
+/* The workspace hopattn_forward_fp8_varlen(q, ..., o, lse, varlen, options) needs, in *bytes. */
+HOPATTN_API hopattn_status hopattn_forward_fp8_varlen_workspace_size(
+    const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+    hopattn_dtype o_dtype, const hopattn_varlen* varlen, const hopattn_forward_options* options,
+    size_t* bytes);
+
 /* The message of the last failed call on this thread ("" after a success). */
 HOPATTN_API const char* hopattn_last_error(void);
 

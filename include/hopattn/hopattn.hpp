@@ -283,13 +283,35 @@ inline void forward_fp8(const Tensor& q, const Fp8ScalesView& q_scales, const Te
   check(hopattn_forward_fp8(&q.raw, &c_q, &k.raw, &c_k, &v.raw, &c_v, &c_o, lse, &c_options));
 }
 
-// Bytes of workspace forward_fp8 would need with an output of o_dtype.
+// The variable-length form (hopattn_forward_fp8_varlen): packed tensors as in forward_varlen,
+// their scales as quantize_fp8 writes them for the packed tensors.
+inline void forward_fp8_varlen(const Tensor& q, const Fp8ScalesView& q_scales, const Tensor& k,
+                               const Fp8ScalesView& k_scales, const Tensor& v,
+                               const Fp8ScalesView& v_scales, const MutableTensor& o,
+                               const Varlen& varlen, float* lse = nullptr,
+                               const ForwardOptions& options = {}) {
+  const hopattn_forward_options c_options = options.to_c();
+  const hopattn_varlen c_varlen = varlen.to_c();
+  const hopattn_fp8_scales c_q = q_scales.to_c(), c_k = k_scales.to_c(), c_v = v_scales.to_c();
+  hopattn_tensor c_o = o.raw;
+  check(hopattn_forward_fp8_varlen(&q.raw, &c_q, &k.raw, &c_k, &v.raw, &c_v, &c_o, lse, &c_varlen,
+                                   &c_options));
+}
+
+// Bytes of workspace forward_fp8 (varlen null) or forward_fp8_varlen would need with an output
+// of o_dtype.
 inline size_t forward_fp8_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
-                                         hopattn_dtype o_dtype,
+                                         hopattn_dtype o_dtype, const Varlen* varlen = nullptr,
                                          const ForwardOptions& options = {}) {
   const hopattn_forward_options c_options = options.to_c();
   size_t bytes = 0;
-  check(hopattn_forward_fp8_workspace_size(&q.raw, &k.raw, &v.raw, o_dtype, &c_options, &bytes));
+  if (varlen != nullptr) {
+    const hopattn_varlen c_varlen = varlen->to_c();
+    check(hopattn_forward_fp8_varlen_workspace_size(&q.raw, &k.raw, &v.raw, o_dtype, &c_varlen,
+                                                    &c_options, &bytes));
+  } else {
+    check(hopattn_forward_fp8_workspace_size(&q.raw, &k.raw, &v.raw, o_dtype, &c_options, &bytes));
+  }
   return bytes;
 }
 

@@ -123,13 +123,34 @@ HOPATTN_API hopattn_status hopattn_forward_fp8(const hopattn_tensor* q,
   });
 }
 
+HOPATTN_API hopattn_status hopattn_forward_fp8_varlen(
+    const hopattn_tensor* q, const hopattn_fp8_scales* q_scales, const hopattn_tensor* k,
+    const hopattn_fp8_scales* k_scales, const hopattn_tensor* v, const hopattn_fp8_scales* v_scales,
+    hopattn_tensor* o, float* lse, const hopattn_varlen* varlen,
+    const hopattn_forward_options* options) {
+  return guarded([&] {
+    return hopattn::forward_fp8_varlen(q, q_scales, k, k_scales, v, v_scales, o, lse, varlen,
+                                       options);
+  });
+}
+
+// The dtype as the integer the caller passed (enum_value): any int may arrive.
 HOPATTN_API hopattn_status hopattn_forward_fp8_workspace_size(
     const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
     hopattn_dtype o_dtype, const hopattn_forward_options* options, size_t* bytes) {
-  // The dtype as the integer the caller passed (enum_value): any int may arrive.
   return guarded([&] {
-    return hopattn::forward_fp8_workspace_size(q, k, v, hopattn::enum_value(o_dtype), options,
-                                               bytes);
+    return hopattn::forward_fp8_workspace_size(q, k, v, hopattn::enum_value(o_dtype), nullptr,
+                                               false, options, bytes);
+  });
+}
+
+HOPATTN_API hopattn_status hopattn_forward_fp8_varlen_workspace_size(
+    const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
+    hopattn_dtype o_dtype, const hopattn_varlen* varlen, const hopattn_forward_options* options,
+    size_t* bytes) {
+  return guarded([&] {
+    return hopattn::forward_fp8_workspace_size(q, k, v, hopattn::enum_value(o_dtype), varlen, true,
+                                               options, bytes);
   });
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "api/backend_choice.hpp"
+#include "api/validate.hpp"
 
 namespace hopattn {
 namespace {
@@ -65,6 +66,13 @@ Status check_backend_and_scale(int backend, float softmax_scale) {
                    "; it must be > 0 and finite, or 0 for 1/sqrt(head_dim)");
   }
   return Status::kOk;
+}
+
+Status read_varlen(const hopattn_varlen* given, hopattn_varlen& varlen) {
+  if (given == nullptr) return invalid("varlen is NULL");
+  varlen = default_varlen();
+  return read_growable(*given, default_varlen(), kVarlenFirstSize, "varlen", "hopattn_varlen",
+                       "hopattn_default_varlen", "hopattn_init_varlen", varlen);
 }
 
 Status check_varlen_arguments(const hopattn_varlen& varlen) {

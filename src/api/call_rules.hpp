@@ -62,6 +62,9 @@ int64_t lse_bytes(const hopattn_tensor& q);
 // A non-null lse: 4-byte aligned, and lse_bytes(q) fit in int64 and the address space.
 Status check_lse(const hopattn_tensor& q, const float* lse);
 
+// *given as this library knows it (a growable struct); NULL is refused ("varlen is NULL").
+Status read_varlen(const hopattn_varlen* given, hopattn_varlen& varlen);
+
 // What can be checked of varlen without reading its arrays.
 Status check_varlen_arguments(const hopattn_varlen& varlen);
 

@@ -167,8 +167,22 @@ Status forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
                    const hopattn_tensor* v, const hopattn_fp8_scales* v_scales, hopattn_tensor* o,
                    float* lse, const hopattn_forward_options* options) {
   Fp8ForwardCall call;
-  if (Status s = validate_forward_fp8(q, q_scales, k, k_scales, v, v_scales, o, lse, options,
-                                      system_queries(), call);
+  if (Status s = validate_forward_fp8(q, q_scales, k, k_scales, v, v_scales, o, lse, nullptr, false,
+                                      options, system_queries(), call);
+      s != Status::kOk) {
+    return s;
+  }
+  return run(call);
+}
+
+Status forward_fp8_varlen(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
+                          const hopattn_tensor* k, const hopattn_fp8_scales* k_scales,
+                          const hopattn_tensor* v, const hopattn_fp8_scales* v_scales,
+                          hopattn_tensor* o, float* lse, const hopattn_varlen* varlen,
+                          const hopattn_forward_options* options) {
+  Fp8ForwardCall call;
+  if (Status s = validate_forward_fp8(q, q_scales, k, k_scales, v, v_scales, o, lse, varlen, true,
+                                      options, system_queries(), call);
       s != Status::kOk) {
     return s;
   }
@@ -176,12 +190,13 @@ Status forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
 }
 
 Status forward_fp8_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
-                                  const hopattn_tensor* v, int o_dtype,
-                                  const hopattn_forward_options* options, size_t* bytes) {
+                                  const hopattn_tensor* v, int o_dtype, const hopattn_varlen* varlen,
+                                  bool is_varlen, const hopattn_forward_options* options,
+                                  size_t* bytes) {
   if (bytes == nullptr) return invalid("bytes is NULL");
   Fp8ForwardCall call;
-  if (Status s = validate_forward_fp8_workspace_query(q, k, v, o_dtype, options, system_queries(),
-                                                      call);
+  if (Status s = validate_forward_fp8_workspace_query(q, k, v, o_dtype, varlen, is_varlen, options,
+                                                      system_queries(), call);
       s != Status::kOk) {
     return s;
   }

@@ -38,10 +38,16 @@ Status forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
                    const hopattn_tensor* k, const hopattn_fp8_scales* k_scales,
                    const hopattn_tensor* v, const hopattn_fp8_scales* v_scales, hopattn_tensor* o,
                    float* lse, const hopattn_forward_options* options);
-// o_dtype as the integer the caller passed (enum_value).
+Status forward_fp8_varlen(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
+                          const hopattn_tensor* k, const hopattn_fp8_scales* k_scales,
+                          const hopattn_tensor* v, const hopattn_fp8_scales* v_scales,
+                          hopattn_tensor* o, float* lse, const hopattn_varlen* varlen,
+                          const hopattn_forward_options* options);
+// o_dtype as the integer the caller passed (enum_value); is_varlen: the varlen form's query.
 Status forward_fp8_workspace_size(const hopattn_tensor* q, const hopattn_tensor* k,
-                                  const hopattn_tensor* v, int o_dtype,
-                                  const hopattn_forward_options* options, size_t* bytes);
+                                  const hopattn_tensor* v, int o_dtype, const hopattn_varlen* varlen,
+                                  bool is_varlen, const hopattn_forward_options* options,
+                                  size_t* bytes);
 
 // The enum arguments as the integers the caller passed (enum_value): any int may arrive.
 bool backend_available(int backend);

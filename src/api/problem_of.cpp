@@ -141,4 +141,14 @@ Fp8ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_fp8_scales& 
   return p;
 }
 
+Fp8ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_fp8_scales& q_scales,
+                             const hopattn_tensor& k, const hopattn_fp8_scales& k_scales,
+                             const hopattn_tensor& v, const hopattn_fp8_scales& v_scales,
+                             const hopattn_tensor& o, float* lse, const hopattn_varlen& varlen,
+                             const hopattn_forward_options& options) {
+  Fp8ForwardProblem p = problem_of(q, q_scales, k, k_scales, v, v_scales, o, lse, options);
+  set_varlen(varlen, p.seqlens);
+  return p;
+}
+
 }  // namespace hopattn

@@ -53,4 +53,12 @@ Fp8ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_fp8_scales& 
                              const hopattn_tensor& o, float* lse,
                              const hopattn_forward_options& options);
 
+// hopattn_forward_fp8_varlen(..., o, lse, &varlen, &options): the same, the sequences as varlen
+// describes them in the packed tensors, whose rows the scales count.
+Fp8ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_fp8_scales& q_scales,
+                             const hopattn_tensor& k, const hopattn_fp8_scales& k_scales,
+                             const hopattn_tensor& v, const hopattn_fp8_scales& v_scales,
+                             const hopattn_tensor& o, float* lse, const hopattn_varlen& varlen,
+                             const hopattn_forward_options& options);
+
 }  // namespace hopattn

@@ -121,19 +121,23 @@ Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, flo
 // hopattn_forward_fp8: q, k, v e4m3; o bfloat16 or float16; the forward's shapes, lse, options
 // and outputs apart from every input (the scale arrays too); each scales struct non-null with a
 // valid layout and an array in the backend's memory space; on the CPU every scale read and
-// > 0, NaN or +inf (marks of non-finite blocks, which give NaN).
+// > 0, NaN or +inf (marks of non-finite blocks, which give NaN). hopattn_forward_fp8_varlen
+// (is_varlen): varlen read and checked as hopattn_forward_varlen's, the scales those of the packed
+// tensors.
 Status validate_forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
                             const hopattn_tensor* k, const hopattn_fp8_scales* k_scales,
                             const hopattn_tensor* v, const hopattn_fp8_scales* v_scales,
-                            const hopattn_tensor* o, float* lse,
-                            const hopattn_forward_options* options, const SystemQueries& system,
-                            Fp8ForwardCall& call);
+                            const hopattn_tensor* o, float* lse, const hopattn_varlen* varlen,
+                            bool is_varlen, const hopattn_forward_options* options,
+                            const SystemQueries& system, Fp8ForwardCall& call);
 
-// hopattn_forward_fp8_workspace_size: the checks of the call that q, k, v, o_dtype and options
-// allow. The problem has no o (null, with q's strides), no lse and no scales (null data, per
-// tensor). o_dtype is the integer the caller passed (any int may arrive).
+// hopattn_forward_fp8_workspace_size (is_varlen false) and hopattn_forward_fp8_varlen_workspace_size:
+// the checks of the call that q, k, v, o_dtype, varlen and options allow. The problem has no o
+// (null, with q's strides), no lse and no scales (null data, per tensor). o_dtype is the integer
+// the caller passed (any int may arrive).
 Status validate_forward_fp8_workspace_query(const hopattn_tensor* q, const hopattn_tensor* k,
                                             const hopattn_tensor* v, int o_dtype,
+                                            const hopattn_varlen* varlen, bool is_varlen,
                                             const hopattn_forward_options* options,
                                             const SystemQueries& system, Fp8ForwardCall& call);
 

@@ -137,13 +137,7 @@ Status validate(const Arguments& a, const hopattn_varlen* varlen_or_null, bool i
   }
   hopattn_varlen varlen = default_varlen();
   if (is_varlen) {
-    if (varlen_or_null == nullptr) return invalid("varlen is NULL");
-    if (Status s = read_growable(*varlen_or_null, default_varlen(), kVarlenFirstSize, "varlen",
-                                 "hopattn_varlen", "hopattn_default_varlen", "hopattn_init_varlen",
-                                 varlen);
-        s != Status::kOk) {
-      return s;
-    }
+    if (Status s = read_varlen(varlen_or_null, varlen); s != Status::kOk) return s;
   }
 
   // In the order of the C arguments, lse after d_o.

@@ -50,13 +50,7 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
   if (Status s = read_forward_options(options_or_null, options); s != Status::kOk) return s;
   hopattn_varlen varlen = default_varlen();
   if (is_varlen) {
-    if (varlen_or_null == nullptr) return invalid("varlen is NULL");
-    if (Status s = read_growable(*varlen_or_null, default_varlen(), kVarlenFirstSize, "varlen",
-                                 "hopattn_varlen", "hopattn_default_varlen", "hopattn_init_varlen",
-                                 varlen);
-        s != Status::kOk) {
-      return s;
-    }
+    if (Status s = read_varlen(varlen_or_null, varlen); s != Status::kOk) return s;
   }
 
   std::vector<NamedTensor> tensors = {{q, "q"}, {k, "k"}, {v, "v"}};

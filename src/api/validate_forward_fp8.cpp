@@ -1,8 +1,9 @@
-// hopattn_forward_fp8's own rules: the dtypes (e4m3 inputs, a bfloat16 or float16 output), the
-// three scales arguments (layout, array, memory space; on the CPU their values) and the scale
-// arrays among the inputs that the outputs must not overlap. The options, shapes, lse and work
-// bound are the forward's (forward_rules.hpp), the rest the shared tensor, call and backend rules;
-// the SM90 rules (sm90_rules.hpp) once the backend is SM90.
+// hopattn_forward_fp8's own rules (and its varlen form's): the dtypes (e4m3 inputs, a bfloat16 or
+// float16 output), the three scales arguments (layout, array, memory space; on the CPU their
+// values) and the scale arrays among the inputs that the outputs must not overlap. The options,
+// shapes, lse and work bound are the forward's (forward_rules.hpp), the varlen metadata and the
+// rest the shared tensor, call and backend rules; the SM90 rules (sm90_rules.hpp) once the backend
+// is SM90.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -28,13 +29,15 @@ constexpr const char* kScalesDataNames[kInputs] = {"q_scales->data", "k_scales->
                                                    "v_scales->data"};
 
 // The arguments of a call; o and the scales are null in the workspace query, which names the
-// output's dtype instead.
+// output's dtype instead. varlen: the variable-length forms' metadata (null for fixed lengths).
 struct Arguments {
   const hopattn_tensor* inputs[kInputs];  // q, k, v
   const hopattn_fp8_scales* scales[kInputs];
   const hopattn_tensor* o;
   float* lse;
   int o_dtype;  // the query's (any int); a call's is o->dtype
+  bool is_varlen;
+  const hopattn_varlen* varlen;
   bool query() const { return o == nullptr; }
 };
 
@@ -71,11 +74,16 @@ Status check_scale_values(const float* data, int64_t count, const char* name) {
   return Status::kOk;
 }
 
-// Every path: hopattn_forward_fp8 (o and the scales given) and the workspace query (o null).
+// Every path: hopattn_forward_fp8 and its varlen form (o and the scales given) and their workspace
+// queries (o null).
 Status validate(const Arguments& a, const hopattn_forward_options* options_or_null,
                 const SystemQueries& system, Fp8ForwardCall& call) {
   hopattn_forward_options options;
   if (Status s = read_forward_options(options_or_null, options); s != Status::kOk) return s;
+  hopattn_varlen varlen = default_varlen();
+  if (a.is_varlen) {
+    if (Status s = read_varlen(a.varlen, varlen); s != Status::kOk) return s;
+  }
   for (int i = 0; i < kInputs; ++i) {
     if (Status s = check_tensor({a.inputs[i], kInputNames[i]}); s != Status::kOk) return s;
     if (Status s = check_input_dtype(*a.inputs[i], kInputNames[i]); s != Status::kOk) return s;
@@ -89,7 +97,7 @@ Status validate(const Arguments& a, const hopattn_forward_options* options_or_nu
     return s;
   }
   const hopattn_tensor &q = *a.inputs[0], &k = *a.inputs[1], &v = *a.inputs[2];
-  if (Status s = check_forward_shapes(q, k, v, a.o, false); s != Status::kOk) return s;
+  if (Status s = check_forward_shapes(q, k, v, a.o, a.is_varlen); s != Status::kOk) return s;
 
   int64_t scale_counts[kInputs] = {};
   std::vector<ByteRange> scale_ranges;
@@ -115,6 +123,9 @@ Status validate(const Arguments& a, const hopattn_forward_options* options_or_nu
       return s;
     }
   }
+  if (a.is_varlen) {
+    if (Status s = check_varlen_arguments(varlen); s != Status::kOk) return s;
+  }
 
   std::vector<NamedPointer> pointers = {{q.data, "q.data"}, {k.data, "k.data"}, {v.data, "v.data"}};
   if (!a.query()) pointers.push_back({a.o->data, "o.data"});
@@ -131,12 +142,21 @@ Status validate(const Arguments& a, const hopattn_forward_options* options_or_nu
       return s;
     }
   }
+  if (a.is_varlen) {
+    if (Status s = check_varlen_memory_space(varlen, call.backend, system); s != Status::kOk) return s;
+  }
   if (Status s = check_backend_supports_fp8(call.backend, dtype_of(static_cast<hopattn_dtype>(o_dtype)),
                                             q.head_dim, system);
       s != Status::kOk) {
     return s;
   }
-  if (Status s = check_forward_work(call.backend, q, k, nullptr); s != Status::kOk) return s;
+  if (call.backend == HOPATTN_BACKEND_CPU && a.is_varlen) {
+    if (Status s = check_varlen_metadata(varlen, q.seqlen, k.seqlen); s != Status::kOk) return s;
+  }
+  if (Status s = check_forward_work(call.backend, q, k, a.is_varlen ? &varlen : nullptr);
+      s != Status::kOk) {
+    return s;
+  }
   if (!a.query() && call.backend == HOPATTN_BACKEND_CPU) {
     for (int i = 0; i < kInputs; ++i) {
       if (Status s = check_scale_values(a.scales[i]->data, scale_counts[i], kScalesDataNames[i]);
@@ -153,8 +173,11 @@ Status validate(const Arguments& a, const hopattn_forward_options* options_or_nu
   const auto scales_of = [&](int i) -> const hopattn_fp8_scales& {
     return a.query() ? no_scales : *a.scales[i];
   };
-  call.problem = problem_of(q, scales_of(0), k, scales_of(1), v, scales_of(2),
-                            a.query() ? no_output : *a.o, a.lse, options);
+  const hopattn_tensor& out = a.query() ? no_output : *a.o;
+  call.problem = a.is_varlen ? problem_of(q, scales_of(0), k, scales_of(1), v, scales_of(2), out, a.lse,
+                                          varlen, options)
+                             : problem_of(q, scales_of(0), k, scales_of(1), v, scales_of(2), out, a.lse,
+                                          options);
   call.workspace_needed = 0;
   if (call.backend == HOPATTN_BACKEND_SM90) {
     if (Status s = sm90::check_forward_fp8_rules(call.problem); s != Status::kOk) return s;
@@ -170,9 +193,9 @@ Status validate(const Arguments& a, const hopattn_forward_options* options_or_nu
 Status validate_forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
                             const hopattn_tensor* k, const hopattn_fp8_scales* k_scales,
                             const hopattn_tensor* v, const hopattn_fp8_scales* v_scales,
-                            const hopattn_tensor* o, float* lse,
-                            const hopattn_forward_options* options, const SystemQueries& system,
-                            Fp8ForwardCall& call) {
+                            const hopattn_tensor* o, float* lse, const hopattn_varlen* varlen,
+                            bool is_varlen, const hopattn_forward_options* options,
+                            const SystemQueries& system, Fp8ForwardCall& call) {
   // The structs are named before anything is read, in argument order, as the forward names o.
   const hopattn_fp8_scales* scales[kInputs] = {q_scales, k_scales, v_scales};
   for (int i = 0; i < kInputs; ++i) {
@@ -182,15 +205,17 @@ Status validate_forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q
     }
   }
   if (o == nullptr) return invalid("o is NULL");
-  return validate({{q, k, v}, {q_scales, k_scales, v_scales}, o, lse, 0}, options, system, call);
+  return validate({{q, k, v}, {q_scales, k_scales, v_scales}, o, lse, 0, is_varlen, varlen}, options,
+                  system, call);
 }
 
 Status validate_forward_fp8_workspace_query(const hopattn_tensor* q, const hopattn_tensor* k,
                                             const hopattn_tensor* v, int o_dtype,
+                                            const hopattn_varlen* varlen, bool is_varlen,
                                             const hopattn_forward_options* options,
                                             const SystemQueries& system, Fp8ForwardCall& call) {
-  return validate({{q, k, v}, {nullptr, nullptr, nullptr}, nullptr, nullptr, o_dtype}, options,
-                  system, call);
+  return validate({{q, k, v}, {nullptr, nullptr, nullptr}, nullptr, nullptr, o_dtype, is_varlen, varlen},
+                  options, system, call);
 }
 
 }  // namespace hopattn

@@ -336,6 +336,83 @@ TEST(Fp8Forward, EqualsTheFloat32ForwardOfTheDequantisedInputsBitForBit) {
   EXPECT_EQ(std::memcmp(lse32.data(), t.lse.data(), lse32.size() * sizeof(float)), 0);
 }
 
+// hopattn_forward_fp8_varlen: five packed sequences (one of no queries, one of no keys), scale
+// blocks of 64 packed rows that straddle the sequences, causal, GQA; the float32 varlen forward of
+// the dequantised packed inputs bit for bit, as at fixed lengths.
+TEST(Fp8Forward, VarlenEqualsTheFloat32VarlenForwardOfTheDequantisedInputsBitForBit) {
+  const std::vector<int32_t> cu_q = {0, 0, 37, 237, 238, 328}, cu_k = {0, 5, 69, 199, 199, 289};
+  Fp8Case c;
+  c.seqlen_q = cu_q.back();
+  c.seqlen_k = cu_k.back();
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  c.causal = true;
+  c.q_scales = c.k_scales = {HOPATTN_FP8_SCALE_BLOCK, 64};
+  std::mt19937_64 rng(test_seed());
+  Fp8Tensors t(c, rng);
+  hopattn_varlen varlen = hopattn_default_varlen();
+  varlen.batch = static_cast<int64_t>(cu_q.size()) - 1;
+  varlen.cu_seqlens_q = cu_q.data();
+  varlen.cu_seqlens_k = cu_k.data();
+  varlen.max_seqlen_q = 200;
+  varlen.max_seqlen_k = 130;
+  hopattn_forward_options options = hopattn_default_forward_options();
+  options.backend = HOPATTN_BACKEND_CPU;
+  options.causal = 1;
+  ASSERT_EQ(hopattn_forward_fp8_varlen(&t.q.tensor, &t.q.fp8, &t.k.tensor, &t.k.fp8, &t.v.tensor,
+                                       &t.v.fp8, &t.o, t.lse.data(), &varlen, &options),
+            HOPATTN_OK)
+      << hopattn_last_error();
+  size_t bytes = 1;
+  EXPECT_EQ(hopattn_forward_fp8_varlen_workspace_size(&t.q.tensor, &t.k.tensor, &t.v.tensor,
+                                                      HOPATTN_DTYPE_BFLOAT16, &varlen, &options, &bytes),
+            HOPATTN_OK)
+      << hopattn_last_error();
+  EXPECT_EQ(bytes, 0u);
+
+  std::vector<float> o32(t.o_storage.size()), lse32(t.lse.size());
+  hopattn_tensor o32_view = dense(o32.data(), HOPATTN_DTYPE_FLOAT32, 1, c.seqlen_q, c.heads_q,
+                                  c.head_dim);
+  ASSERT_EQ(hopattn_forward_varlen(&t.q.float32, &t.k.float32, &t.v.float32, &o32_view,
+                                   lse32.data(), &varlen, &options),
+            HOPATTN_OK)
+      << hopattn_last_error();
+  int64_t different = 0, rows_of_no_key = 0;
+  for (size_t i = 0; i < o32.size(); ++i)
+    different += from_float<bfloat16>(o32[i]).bits != t.o_storage[i];
+  for (float value : lse32) rows_of_no_key += std::isinf(value);
+  EXPECT_EQ(different, 0);
+  EXPECT_EQ(std::memcmp(lse32.data(), t.lse.data(), lse32.size() * sizeof(float)), 0);
+  EXPECT_GT(rows_of_no_key, 0);  // the sequence without keys, and causal rows above the diagonal
+
+  // The C++ wrapper is the same call.
+  const auto input = [](const QuantizedInput& x) {
+    const hopattn_tensor& r = x.tensor;
+    return hopattn::Tensor(r.data, r.dtype, r.batch, r.seqlen, r.heads, r.head_dim,
+                           r.batch_stride, r.seq_stride, r.head_stride);
+  };
+  hopattn::Varlen cpp_varlen;
+  cpp_varlen.batch = varlen.batch;
+  cpp_varlen.cu_seqlens_q = cu_q.data();
+  cpp_varlen.cu_seqlens_k = cu_k.data();
+  cpp_varlen.max_seqlen_q = varlen.max_seqlen_q;
+  cpp_varlen.max_seqlen_k = varlen.max_seqlen_k;
+  hopattn::ForwardOptions cpp_options;
+  cpp_options.causal = true;
+  cpp_options.backend = HOPATTN_BACKEND_CPU;
+  std::vector<uint16_t> o(t.o_storage.size(), 0x7fc0);
+  hopattn::forward_fp8_varlen(
+      input(t.q), hopattn::Fp8ScalesView::block(t.q.scales.data(), 64), input(t.k),
+      hopattn::Fp8ScalesView::block(t.k.scales.data(), 64), input(t.v),
+      hopattn::Fp8ScalesView::head(t.v.scales.data()),
+      hopattn::Tensor::contiguous(o.data(), c.out, 1, c.seqlen_q, c.heads_q, c.head_dim), cpp_varlen,
+      nullptr, cpp_options);
+  EXPECT_EQ(o, t.o_storage);
+  EXPECT_EQ(hopattn::forward_fp8_workspace_size(input(t.q), input(t.k), input(t.v), c.out,
+                                                &cpp_varlen, cpp_options),
+            0u);
+}
+
 // Rows of O (all head_dim values) and of the LSE that hold NaN, as (batch, head, row) flags.
 struct NanRows {
   std::vector<bool> o, lse;

@@ -85,17 +85,51 @@ class Fp8ForwardValidation : public ::testing::Test {
     return queries;
   }
 
-  hopattn_status validate() {
+  // is_varlen: hopattn_forward_fp8_varlen's rules, with `varlen`.
+  hopattn_status validate(bool is_varlen = false) {
     clear_error();
     return c_status(validate_forward_fp8(&q, &q_scales, &k, &k_scales, &v, &v_scales, &o, lse,
-                                         &options, system(), call));
+                                         is_varlen ? varlen_or_null : nullptr, is_varlen, &options,
+                                         system(), call));
   }
 
-  hopattn_status query(int o_dtype = HOPATTN_DTYPE_BFLOAT16) {
+  hopattn_status query(int o_dtype = HOPATTN_DTYPE_BFLOAT16, bool is_varlen = false) {
     clear_error();
-    return c_status(
-        validate_forward_fp8_workspace_query(&q, &k, &v, o_dtype, &options, system(), call));
+    return c_status(validate_forward_fp8_workspace_query(&q, &k, &v, o_dtype,
+                                                         is_varlen ? varlen_or_null : nullptr,
+                                                         is_varlen, &options, system(), call));
   }
+
+  // The tensors packed as two sequences of q rows 100 + 500 (of 600) and k rows 150 + 250 (of
+  // 400), batch 1; the scales of the packed tensors.
+  void packed() {
+    q.batch = k.batch = v.batch = o.batch = 1;
+    q.seqlen = o.seqlen = 600;
+    k.seqlen = v.seqlen = 400;
+    q.batch_stride = o.batch_stride = 600 * 4 * 64;
+    k.batch_stride = v.batch_stride = 400 * 2 * 64;
+    q_values.assign(4 * 5, 0.5f);  // 1 x 4 heads x ceil(600 / 128) blocks
+    k_values.assign(2 * 4, 0.25f);
+    v_values.assign(2, 2.f);
+    q_scales.data = q_values.data();
+    k_scales.data = k_values.data();
+    v_scales.data = v_values.data();
+    varlen = default_varlen();
+    varlen.batch = 2;
+    varlen.cu_seqlens_q = cu_q;
+    varlen.cu_seqlens_k = cu_k;
+    varlen.max_seqlen_q = 500;
+    varlen.max_seqlen_k = 250;
+    varlen_or_null = &varlen;
+  }
+  void expect_varlen_rejected(hopattn_status status, const std::string& fragment) {
+    EXPECT_EQ(validate(true), status) << last_error();
+    EXPECT_NE(std::string(last_error()).find(fragment), std::string::npos)
+        << "message \"" << last_error() << "\" lacks \"" << fragment << "\"";
+  }
+  int32_t cu_q[3] = {0, 100, 600}, cu_k[3] = {0, 150, 400};
+  hopattn_varlen varlen{};
+  const hopattn_varlen* varlen_or_null = nullptr;
 
   void expect_accepted() { EXPECT_EQ(validate(), HOPATTN_OK) << last_error(); }
 
@@ -198,7 +232,7 @@ TEST_F(Fp8ForwardValidation, AcceptsAValidCallAndBuildsTheProblem) {
 TEST_F(Fp8ForwardValidation, NullOptionsAndLseAreAccepted) {
   clear_error();
   EXPECT_EQ(c_status(validate_forward_fp8(&q, &q_scales, &k, &k_scales, &v, &v_scales, &o,
-                                          nullptr, nullptr, system(), call)),
+                                          nullptr, nullptr, false, nullptr, system(), call)),
             HOPATTN_OK)
       << last_error();
   EXPECT_FALSE(call.problem.causal);
@@ -211,8 +245,8 @@ TEST_F(Fp8ForwardValidation, RejectsNullStructs) {
                        const hopattn_tensor* tv, const hopattn_fp8_scales* sv,
                        const hopattn_tensor* to) {
     clear_error();
-    EXPECT_EQ(c_status(validate_forward_fp8(tq, sq, tk, sk, tv, sv, to, lse, &options, system(),
-                                            call)),
+    EXPECT_EQ(c_status(validate_forward_fp8(tq, sq, tk, sk, tv, sv, to, lse, nullptr, false,
+                                            &options, system(), call)),
               HOPATTN_ERROR_INVALID_ARGUMENT);
     return std::string(last_error());
   };
@@ -617,6 +651,39 @@ TEST_F(Fp8ForwardValidation, WorkspaceQueryValidatesLikeTheCall) {
   for (hopattn_tensor* t : {&q, &k, &v}) *t = contiguous(t->data, t->dtype, 1, 8, t->heads, 80);
   expect_query_rejected(HOPATTN_DTYPE_BFLOAT16, HOPATTN_ERROR_UNSUPPORTED,
                         "output dtype bfloat16 with head_dim 80 is not supported by the SM90");
+}
+
+// hopattn_forward_fp8_varlen: the forward's varlen rules, the scales those of the packed tensors.
+TEST_F(Fp8ForwardValidation, VarlenPacksTheSequencesAndCountsTheScalesOfThePackedTensors) {
+  packed();
+  options.backend = HOPATTN_BACKEND_CPU;
+  EXPECT_EQ(validate(true), HOPATTN_OK) << last_error();
+  EXPECT_TRUE(call.problem.seqlens.varlen());
+  EXPECT_EQ(call.problem.seqlens.batch, 2);
+  EXPECT_EQ(call.problem.seqlens.seqlen_q, 500);
+  EXPECT_EQ(call.problem.seqlens.total_k, 400);
+  EXPECT_EQ(call.problem.q_scales.blocks_per_head, 5);  // of the 600 packed rows
+  EXPECT_EQ(query(HOPATTN_DTYPE_BFLOAT16, true), HOPATTN_OK) << last_error();
+
+  varlen_or_null = nullptr;
+  expect_varlen_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "varlen is NULL");
+  packed();
+  cu_q[2] = 599;  // the CPU reads the metadata: it must end at the tensors' rows
+  expect_varlen_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "cu_seqlens_q");
+  cu_q[2] = 600;
+  q_scales.data = nullptr;
+  expect_varlen_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "q_scales->data");
+  packed();
+  k.batch = v.batch = 2;
+  expect_varlen_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "have batch 1");
+}
+
+TEST_F(Fp8ForwardValidation, Sm90HasNoFp8VarlenPathYet) {
+  packed();
+  on_a_gpu();
+  spaces[cu_q] = spaces[cu_k] = MemorySpace::Device;
+  expect_varlen_rejected(HOPATTN_ERROR_UNSUPPORTED, "no FP8 variable-length path");
+  EXPECT_EQ(query(HOPATTN_DTYPE_BFLOAT16, true), HOPATTN_ERROR_UNSUPPORTED) << last_error();
 }
 
 }  // namespace
