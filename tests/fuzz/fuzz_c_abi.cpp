@@ -3,7 +3,8 @@
 // (sizes, strides, dtypes, enums, scales, struct sizes, misaligned or shared buffers), and are
 // passed to hopattn_forward, hopattn_forward_varlen and hopattn_forward_workspace_size with the
 // CPU and AUTO backends, then to hopattn_backward / hopattn_backward_varlen, q to
-// hopattn_quantize_fp8 and its codes to hopattn_forward_fp8. Built with -fsanitize=fuzzer,address,undefined: any crash, memory
+// hopattn_quantize_fp8 and its codes to hopattn_forward_fp8 (or, with the varlen metadata,
+// hopattn_forward_fp8_varlen). Built with -fsanitize=fuzzer,address,undefined: any crash, memory
 // error or undefined behaviour is a finding. Beyond that it checks what the ABI promises about
 // every call: a known status, and an error message exactly when the status is not OK.
 //
@@ -474,6 +475,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   out.data = memory.take(q_elements * 4, 0, in);  // room for any dtype the call may accept
   if (in.ConsumeIntegralInRange(0, 31) == 0) out.data = scales;
   size_t fp8_bytes = 0;
+  if (varlen_call) {  // the packed form with the call's metadata, which may not fit these rows
+    check_and_count("forward_fp8_varlen_workspace_size",
+                    hopattn_forward_fp8_varlen_workspace_size(&quantized, &quantized, &quantized,
+                                                              o_dtype, vl, opts, &fp8_bytes));
+    check_and_count("forward_fp8_varlen",
+                    hopattn_forward_fp8_varlen(&quantized, q_scales, &quantized, &k_scales,
+                                               &quantized, &fp8_scales, &out, lse, vl, opts));
+    return 0;
+  }
   check_and_count("forward_fp8_workspace_size",
                   hopattn_forward_fp8_workspace_size(&quantized, &quantized, &quantized, o_dtype,
                                                      opts, &fp8_bytes));
