@@ -6,11 +6,12 @@ from ._frontend import type_name as _type_name
 from ._lib import library
 from ._version import __version__
 from .attention import attention
-from .fp8 import attention_fp8, forward_fp8
+from .fp8 import attention_fp8, attention_fp8_varlen, forward_fp8, forward_fp8_varlen
 from .quantize import quantize_fp8
 from .varlen import attention_varlen
 
-__all__ = ["attention", "attention_varlen", "attention_fp8", "forward_fp8", "quantize_fp8",
+__all__ = ["attention", "attention_varlen", "attention_fp8", "attention_fp8_varlen", "forward_fp8",
+           "forward_fp8_varlen", "quantize_fp8",
            "HopattnError", "InvalidArgumentError", "InvalidTypeError", "Status", "DType", "Backend",
            "version", "build_info", "backend_available", "__version__"]
 

@@ -158,10 +158,16 @@ def has_quantize(lib: ctypes.CDLL) -> bool:
 
 
 FP8_FORWARD_FUNCTIONS = ("hopattn_forward_fp8", "hopattn_forward_fp8_workspace_size")
+# The variable-length FP8 forward came after the fixed-length one.
+FP8_VARLEN_FUNCTIONS = ("hopattn_forward_fp8_varlen", "hopattn_forward_fp8_varlen_workspace_size")
 
 
 def has_fp8_forward(lib: ctypes.CDLL) -> bool:
     return all(hasattr(lib, name) for name in FP8_FORWARD_FUNCTIONS)
+
+
+def has_fp8_varlen(lib: ctypes.CDLL) -> bool:
+    return all(hasattr(lib, name) for name in FP8_VARLEN_FUNCTIONS)
 
 
 # The backward entry points came with ABI 0.1's second half; a library built before them loads
@@ -225,6 +231,24 @@ def declare(lib: ctypes.CDLL) -> None:
             ctypes.POINTER(ctypes.c_size_t),
         ]
         lib.hopattn_forward_fp8_workspace_size.restype = ctypes.c_int
+    if has_fp8_varlen(lib):
+        scales_p = ctypes.POINTER(Fp8Scales)
+        lib.hopattn_forward_fp8_varlen.argtypes = [
+            tensor_p, scales_p, tensor_p, scales_p, tensor_p, scales_p,  # q, k, v and scales
+            tensor_p,
+            ctypes.c_void_p,  # float* lse, or NULL
+            ctypes.POINTER(Varlen),
+            ctypes.POINTER(ForwardOptions),
+        ]
+        lib.hopattn_forward_fp8_varlen.restype = ctypes.c_int
+        lib.hopattn_forward_fp8_varlen_workspace_size.argtypes = [
+            tensor_p, tensor_p, tensor_p,
+            ctypes.c_int,  # hopattn_dtype o_dtype
+            ctypes.POINTER(Varlen),
+            ctypes.POINTER(ForwardOptions),
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
+        lib.hopattn_forward_fp8_varlen_workspace_size.restype = ctypes.c_int
     lib.hopattn_last_error.argtypes = []
     lib.hopattn_last_error.restype = ctypes.c_char_p
     lib.hopattn_status_name.argtypes = [ctypes.c_int]

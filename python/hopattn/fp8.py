@@ -1,5 +1,6 @@
 """hopattn.forward_fp8 (attention on e4m3 codes and their scales, hopattn_forward_fp8) and
-hopattn.attention_fp8 (quantise 16-bit q, k, v, then attend), for NumPy arrays and PyTorch tensors.
+hopattn.attention_fp8 (quantise 16-bit q, k, v, then attend), and their variable-length forms
+forward_fp8_varlen and attention_fp8_varlen, for NumPy arrays and PyTorch tensors.
 
 As the other front ends, these describe memory to the library and check what only Python can see:
 argument types, dtypes by their Python names, and the shape of each scales array against the
@@ -13,13 +14,15 @@ import reprlib
 
 import numpy as np
 
-from ._ctypes_api import DType, Fp8Scales, Status, has_fp8_forward
+from ._ctypes_api import DType, Fp8Scales, Status, has_fp8_forward, has_fp8_varlen
 from ._errors import HopattnError, InvalidArgumentError, InvalidTypeError, raise_on_error
-from ._frontend import FIXED, as_flag, as_int, as_softmax_scale, check_qkv, frontend_for, type_name
+from ._frontend import (FIXED, PACKED_K, PACKED_Q, as_flag, as_int, as_softmax_scale, check_qkv,
+                        frontend_for, type_name)
 from ._lib import library
 from .quantize import SCALINGS, as_seed, quantize, scales_shape
+from .varlen import describe_varlen
 
-__all__ = ["forward_fp8", "attention_fp8"]
+__all__ = ["forward_fp8", "attention_fp8", "forward_fp8_varlen", "attention_fp8_varlen"]
 
 # attention_fp8's quantization: (scaling, block_rows) of q, k and v. "block" is the FP8 kernel's
 # design: Q and K per block of 128 rows (its tiles), V per head, which the kernel folds into O.
@@ -101,44 +104,87 @@ def forward_fp8(q, q_scales, k, k_scales, v, v_scales, *, causal=False, scale=No
     NaN or inf) make NaN in the rows that see their block; the CPU backend refuses scales that are
     0, negative or -inf, naming the entry.
     """
+    return _forward_on_codes(q, q_scales, k, k_scales, v, v_scales, (FIXED, FIXED), None, causal,
+                             scale, out_dtype, return_lse, (q_scaling, k_scaling, v_scaling),
+                             (q_block_rows, k_block_rows, v_block_rows))
+
+
+def forward_fp8_varlen(q, q_scales, k, k_scales, v, v_scales, cu_seqlens_q, cu_seqlens_k,
+                       max_seqlen_q, max_seqlen_k, *, causal=False, scale=None,
+                       out_dtype="bfloat16", return_lse=False, q_scaling=None, k_scaling=None,
+                       v_scaling=None, q_block_rows=128, k_block_rows=128, v_block_rows=128):
+    """forward_fp8 on a batch of sequences of different lengths, packed as in
+    hopattn.attention_varlen: q (total_q, heads_q, head_dim) and k, v (total_k, heads_kv, head_dim)
+    e4m3 codes, cu_seqlens_q / cu_seqlens_k / max_seqlen_q / max_seqlen_k as there. The scales are
+    those of the packed tensors, as quantize_fp8 returns them for q[None] (a batch of one): ()
+    tensor, (1, heads) head, (1, heads, blocks) block, a block counting rows of the packed tensor.
+
+    The CPU backend only, for now: NumPy arrays and CPU tensors (the Hopper backend refuses the
+    variable-length FP8 forward with an UnsupportedError). Other arguments as forward_fp8.
+    Returns o (total_q, heads_q, head_dim) of out_dtype, or (o, lse) with lse (heads_q, total_q).
+    """
+    max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = as_int("max_seqlen_k", max_seqlen_k)
+    result = _forward_on_codes(q, q_scales, k, k_scales, v, v_scales, (PACKED_Q, PACKED_K),
+                               (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), causal,
+                               scale, out_dtype, return_lse, (q_scaling, k_scaling, v_scaling),
+                               (q_block_rows, k_block_rows, v_block_rows))
+    return tuple(x[0] for x in result) if return_lse else result[0]
+
+
+def _forward_on_codes(q, q_scales, k, k_scales, v, v_scales, layouts, varlen, causal, scale,
+                      out_dtype, return_lse, scalings, block_rows):
+    """forward_fp8 (varlen None) or forward_fp8_varlen (varlen: its metadata arguments), q and o
+    in layouts[0], k and v in layouts[1]; o and lse as the ABI's batch-first shapes."""
     causal = as_flag("causal", causal)
     return_lse = as_flag("return_lse", return_lse)
     softmax_scale = as_softmax_scale(scale)
     out = _out_dtype(out_dtype)
     fe = frontend_for(q)
-    (q, tq), (k, tk), (v, tv) = (fe.codes(n, x, FIXED) for n, x in (("q", q), ("k", k), ("v", v)))
+    (q, tq), (k, tk), (v, tv) = (fe.codes(n, x, layout) for n, x, layout in (
+        ("q", q, layouts[0]), ("k", k, layouts[1]), ("v", v, layouts[1])))
     if tuple(v.shape) != tuple(k.shape):
         raise InvalidArgumentError(f"v: shape {tuple(v.shape)}, but k has shape "
                                    f"{tuple(k.shape)}; v must have k's shape")
     scales = [fe.float32_array(n, s) for n, s in (("q_scales", q_scales), ("k_scales", k_scales),
                                                    ("v_scales", v_scales))]
-    layouts = [_scales_layout(n, array, t, scaling, rows)
-               for n, (array, _), t, scaling, rows in (
-                   ("q_scales", scales[0], tq, q_scaling, q_block_rows),
-                   ("k_scales", scales[1], tk, k_scaling, k_block_rows),
-                   ("v_scales", scales[2], tv, v_scaling, v_block_rows))]
-    return _forward(fe, (tq, tk, tv), scales, layouts, causal, softmax_scale, out, return_lse,
-                    "out_dtype")
+    scale_layouts = [_scales_layout(n, array, t, scaling, rows)
+                     for n, (array, _), t, scaling, rows in zip(
+                         ("q_scales", "k_scales", "v_scales"), scales, (tq, tk, tv), scalings,
+                         block_rows)]
+    metadata, c_varlen = (None, None) if varlen is None else describe_varlen(
+        fe, varlen[0], varlen[1], None, varlen[2], varlen[3])
+    result = _forward(fe, (tq, tk, tv), scales, scale_layouts, causal, softmax_scale, out, return_lse,
+                      "out_dtype", c_varlen)
+    del metadata  # alive until here: the library read it
+    return result
 
 
-def _forward(fe, tensors, scales, layouts, causal, softmax_scale, out, return_lse, out_name):
-    """o, or (o, lse), of hopattn_forward_fp8 on described codes (q, k, v Tensors), their scales
-    ((array, address) each) and layouts ((Fp8Scaling, block_rows) each)."""
+def _forward(fe, tensors, scales, layouts, causal, softmax_scale, out, return_lse, out_name,
+             varlen=None):
+    """o, or (o, lse), of hopattn_forward_fp8 (or, with a hopattn_varlen, of
+    hopattn_forward_fp8_varlen) on described codes (q, k, v Tensors), their scales ((array,
+    address) each) and layouts ((Fp8Scaling, block_rows) each); o and lse in the ABI's shapes."""
     lib = library()
-    if not has_fp8_forward(lib):
-        raise HopattnError(Status.UNSUPPORTED,
-                           "the loaded libhopattn has no hopattn_forward_fp8; rebuild it")
+    needed, present = (("hopattn_forward_fp8", has_fp8_forward(lib)) if varlen is None else
+                       ("hopattn_forward_fp8_varlen", has_fp8_varlen(lib)))
+    if not present:
+        raise HopattnError(Status.UNSUPPORTED, f"the loaded libhopattn has no {needed}; rebuild it")
     tq = tensors[0]
     o = fe.empty_dtype(out_name, (tq.batch, tq.seqlen, tq.heads, tq.head_dim), out)
     lse = fe.empty_float32((tq.batch, tq.heads, tq.seqlen)) if return_lse else None
     to = fe.tensor("o", o, FIXED)
     c_scales = [Fp8Scales(address, scaling, block_rows)
                 for (_, address), (scaling, block_rows) in zip(scales, layouts)]
+    arguments = (ctypes.byref(tensors[0]), ctypes.byref(c_scales[0]), ctypes.byref(tensors[1]),
+                 ctypes.byref(c_scales[1]), ctypes.byref(tensors[2]), ctypes.byref(c_scales[2]),
+                 ctypes.byref(to), None if lse is None else fe.address(lse))
     with fe.options(causal, softmax_scale) as options:
-        status = lib.hopattn_forward_fp8(
-            ctypes.byref(tensors[0]), ctypes.byref(c_scales[0]), ctypes.byref(tensors[1]),
-            ctypes.byref(c_scales[1]), ctypes.byref(tensors[2]), ctypes.byref(c_scales[2]),
-            ctypes.byref(to), None if lse is None else fe.address(lse), ctypes.byref(options))
+        if varlen is None:
+            status = lib.hopattn_forward_fp8(*arguments, ctypes.byref(options))
+        else:
+            status = lib.hopattn_forward_fp8_varlen(*arguments, ctypes.byref(varlen),
+                                                    ctypes.byref(options))
     raise_on_error(status)
     return (o, lse) if return_lse else o
 
@@ -159,6 +205,31 @@ def attention_fp8(q, k, v, causal=False, scale=None, quantization="block", hadam
 
     Returns o (q's dtype, shape and device, contiguous), or (o, lse).
     """
+    return _attention_fp8(q, k, v, None, causal, scale, quantization, hadamard, seed, return_lse)
+
+
+def attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         causal=False, scale=None, quantization="block", hadamard=True, seed=0,
+                         return_lse=False):
+    """attention_fp8 on a batch of sequences of different lengths, packed as in
+    hopattn.attention_varlen: q (total_q, heads_q, head_dim), k and v (total_k, heads_kv,
+    head_dim), bfloat16 or float16, with cu_seqlens_q / cu_seqlens_k / max_seqlen_q / max_seqlen_k
+    as there. Each packed tensor is quantised as one (batch of one) sequence: quantization="block"
+    scales blocks of 128 packed rows, which may span two sequences. The CPU backend only, for now
+    (NumPy arrays and CPU tensors). Returns o (total_q, heads_q, head_dim, q's dtype), or (o, lse)
+    with lse (heads_q, total_q).
+    """
+    max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = as_int("max_seqlen_k", max_seqlen_k)
+    result = _attention_fp8(q, k, v, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
+                            causal, scale, quantization, hadamard, seed, return_lse)
+    return tuple(x[0] for x in result) if return_lse else result[0]
+
+
+def _attention_fp8(q, k, v, varlen, causal, scale, quantization, hadamard, seed, return_lse):
+    """attention_fp8 (varlen None: q, k, v (batch, seqlen, heads, head_dim)) or
+    attention_fp8_varlen (varlen: its metadata arguments; q, k, v packed, quantised as a batch of
+    one); o and lse in the ABI's batch-first shapes."""
     causal = as_flag("causal", causal)
     return_lse = as_flag("return_lse", return_lse)
     hadamard = as_flag("hadamard", hadamard)
@@ -168,15 +239,20 @@ def attention_fp8(q, k, v, causal=False, scale=None, quantization="block", hadam
         raise InvalidArgumentError(f"quantization is {reprlib.repr(quantization)}; allowed: "
                                    f"{', '.join(repr(s) for s in _QUANTIZATIONS)}")
     fe = frontend_for(q)
+    name_of = "attention_fp8" if varlen is None else "attention_fp8_varlen"
     dtypes = {}
     for name, x in (("q", q), ("k", k), ("v", v)):
         fe.array(name, x)
         dtype = fe.dtype(name, x)
         if dtype not in (DType.BFLOAT16, DType.FLOAT16):
-            raise InvalidTypeError(f"{name}: dtype {x.dtype} is not supported by attention_fp8; "
+            raise InvalidTypeError(f"{name}: dtype {x.dtype} is not supported by {name_of}; "
                                    "use bfloat16 or float16 (the FP8 forward writes q's dtype)")
         dtypes[name] = dtype
     check_qkv(q, k, v)
+    if varlen is not None:
+        for name, x, layout in (("q", q, PACKED_Q), ("k", k, PACKED_K), ("v", v, PACKED_K)):
+            layout.to_abi(name, x.shape, (0,) * len(x.shape))  # the rank and sizes, in its names
+        q, k, v = q[None], k[None], v[None]  # each packed tensor as a batch of one
     head_dim = q.shape[-1] if len(q.shape) == 4 else 0  # other ranks: quantize names them
     if hadamard and head_dim > 0 and head_dim & (head_dim - 1):
         raise InvalidArgumentError(f"q: head_dim is {head_dim}, but hadamard=True needs a power "
@@ -192,6 +268,10 @@ def attention_fp8(q, k, v, causal=False, scale=None, quantization="block", hadam
         tensors.append(fe.codes(name, codes, FIXED)[1])
         scales.append((x_scales, fe.address(x_scales)))
         layouts.append((SCALINGS[scaling], block_rows))
-    # `quantized` keeps the codes alive through the call.
-    return _forward(fe, tensors, scales, layouts, causal, softmax_scale, dtypes["q"], return_lse,
-                    "q")
+    metadata, c_varlen = (None, None) if varlen is None else describe_varlen(
+        fe, varlen[0], varlen[1], None, varlen[2], varlen[3])
+    # `quantized` keeps the codes alive through the call, `metadata` the prefix sums.
+    result = _forward(fe, tensors, scales, layouts, causal, softmax_scale, dtypes["q"], return_lse,
+                      "q", c_varlen)
+    del metadata, quantized
+    return result

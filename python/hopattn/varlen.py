@@ -83,7 +83,7 @@ def check_metadata(cu_seqlens_q, cu_seqlens_k, seqused_k):
     return batch
 
 
-def _varlen(fe, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k):
+def describe_varlen(fe, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k):
     """(the arrays to keep alive for the call, the hopattn_varlen describing them)."""
     cu_q, cu_q_ptr = fe.int32_vector("cu_seqlens_q", cu_seqlens_q)
     cu_k, cu_k_ptr = fe.int32_vector("cu_seqlens_k", cu_seqlens_k)
@@ -102,7 +102,7 @@ def forward(fe, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, ma
     (q, tq), (k, tk), (v, tv) = (fe.input(n, x, layout) for n, x, layout in (
         ("q", q, PACKED_Q), ("k", k, PACKED_K), ("v", v, PACKED_K)))
     check_qkv(q, k, v)
-    metadata, varlen = _varlen(fe, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+    metadata, varlen = describe_varlen(fe, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                                max_seqlen_k)
     out = fe.empty(q.shape, like=q)
     lse = fe.empty_float32((tq.heads, tq.seqlen)) if return_lse else None
@@ -125,7 +125,7 @@ def backward(fe, grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
         fe.input(n, x, layout) for n, x, layout in (
             ("q", q, PACKED_Q), ("k", k, PACKED_K), ("v", v, PACKED_K), ("o", o, PACKED_Q),
             ("grad_o", grad_o, PACKED_Q)))
-    metadata, varlen = _varlen(fe, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+    metadata, varlen = describe_varlen(fe, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                                max_seqlen_k)
     dq, dk, dv = (fe.empty(x.shape, like=x) for x in (q, k, v))
     tdq, tdk, tdv = (fe.tensor(n, x, layout) for n, x, layout in (
