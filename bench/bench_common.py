@@ -124,6 +124,9 @@ def with_variants(impls, variants, name="hopattn"):
         label, _, path = variant.partition("=")
         if not label or not Path(path).is_file():
             raise SystemExit(f"--variant {variant!r}: expected NAME=LIBRARY with LIBRARY an existing file")
+        if Path(path).samefile(base):
+            raise SystemExit(f"--variant {variant!r} is the loaded library itself ({base}); set "
+                             "HOPATTN_LIBRARY to the tree's own build")
         result[f"{name}@{label}"] = on(str(Path(path).resolve()), impls[name])
     return result
 

@@ -172,6 +172,9 @@ def main():
              for c in (False, True)]
     if not args.no_ablation:
         cases.append((ABLATION["batch"], ABLATION["seqlen"], ABLATION["heads"], ABLATION["head_dim"], False))
+    # Before any call: the base build is the loaded one (variants switch it).
+    header = report_header(torch, hopattn, args.commit, "triton.testing.do_bench median, L2 flushed; "
+                          "implementation order rotated per case")
     rows = []
     for i, case in enumerate(cases):
         rows.append(time_case(impls, rotated(impls, i), *case, args.rep_ms))
@@ -182,8 +185,7 @@ def main():
                for key in ("best_fa3_cudnn", "best_peer")}
 
     report = dict(
-        **report_header(torch, hopattn, args.commit, "triton.testing.do_bench median, L2 flushed; "
-                        "implementation order rotated per case"),
+        **header,
         fa3=fa3_info, host_us=overhead,
         host_us_method="b=1 s=128 h=1 d=128 bf16 non-causal; 200 calls, one sync, median of 5 rounds",
         summary=summary, cases=rows, accuracy=errors)

@@ -233,6 +233,9 @@ def main():
     variants = [name for name in impls if name.startswith("hopattn_varlen@")]
     for name in variants:
         LABELS[name] = name
+    # Before any call: the base build is the loaded one (variants switch it).
+    header = report_header(torch, hopattn, args.commit, "triton.testing.do_bench median, L2 flushed; "
+                          "implementation order rotated per case")
     cases = [(total, causal) for total in args.totals for causal in (False, True)]
     rows = []
     for i, (total, causal) in enumerate(cases):
@@ -246,8 +249,7 @@ def main():
                for key in ("hopattn_varlen_over_hopattn_fixed", "hopattn_varlen_over_fa3_varlen")}
 
     report = dict(
-        **report_header(torch, hopattn, args.commit, "triton.testing.do_bench median, L2 flushed; "
-                        "implementation order rotated per case"),
+        **header,
         fa3=fa3_info, hopattn_varlen=varlen_info,
         flops="per sequence 4*heads*head_dim*s^2, halved for causal",
         lengths=f"uniform integers in [{MIN_LEN}, {MAX_LEN}], random.Random({args.seed}), last trimmed",

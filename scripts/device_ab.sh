@@ -2,7 +2,7 @@
 # On the GPU machine, one call: the tree and experiments built side by side, then timed in one run
 # with FlashAttention-3 and the SDPA peers (bench_forward.py --variant; bench_varlen.py too with
 # --varlen). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
-# (scripts/build_variant.sh), e.g. a sed of a tuning constant or `patch -p1 < /path/to.patch`.
+# (scripts/build_variant.sh, into .variants/), e.g. a sed of a tuning constant or `patch -p1 < /path/to.patch`.
 # Representative kernels only (bf16, head_dim 128), so the default sweep is head_dim 128.
 #   usage: scripts/device_ab.sh [--varlen] [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
 #   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
@@ -31,6 +31,10 @@ pids="$pids $!"
 names=()
 for experiment in "$@"; do
   name=${experiment%%=*}
+  if [[ $experiment != *=* || -z $name || $name == base ]]; then
+    echo "device_ab.sh: '$experiment' is not NAME=EDIT with a NAME other than 'base'" >&2
+    exit 2
+  fi
   names+=("$name")
   (JOBS=3 bash scripts/build_variant.sh "$name" "${experiment#*=}" >"$L/build_$name.log" 2>&1) &
   pids="$pids $!"
@@ -38,9 +42,15 @@ done
 for pid in $pids; do wait "$pid"; done
 for log in "$L"/build_*.log; do echo "== $(basename "$log" .log)"; tail -4 "$log"; done
 tail -1 "$L/fa3_build.log"
-export PYTHONPATH=$PWD/python HOPATTN_LIBRARY=$PWD/build-variant-base/src/libhopattn.so HOPATTN_FA3_PATH=$fa3_dir/fa/hopper
+# build_variant.sh leaves no library where a build failed: such an experiment is left out, and
+# without the base there is nothing to compare.
+[[ -f .variants/base/src/libhopattn.so ]] || { echo "device_ab.sh: the base build failed" >&2; exit 1; }
+export PYTHONPATH=$PWD/python HOPATTN_LIBRARY=$PWD/.variants/base/src/libhopattn.so HOPATTN_FA3_PATH=$fa3_dir/fa/hopper
 variants=()
-for name in "${names[@]}"; do variants+=(--variant "$name=$PWD/build-variant-$name/src/libhopattn.so"); done
+for name in "${names[@]}"; do
+  library=$PWD/.variants/$name/src/libhopattn.so
+  if [[ -f $library ]]; then variants+=(--variant "$name=$library"); else echo "== $name: build failed, left out"; fi
+done
 # shellcheck disable=SC2086
 timeout 300 python3 bench/bench_forward.py --json "$R/ab_forward.json" --head-dims 128 --seqlens $seqlens \
   --no-ablation --commit "$commit" "${variants[@]}" 2>"$L/ab_forward_progress.log" | tee "$R/ab_forward.txt"

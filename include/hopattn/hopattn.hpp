@@ -314,6 +314,11 @@ inline size_t forward_fp8_workspace_size(const Tensor& q, const Tensor& k, const
   }
   return bytes;
 }
+// The fixed-length form with options (the signature before the varlen form came).
+inline size_t forward_fp8_workspace_size(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         hopattn_dtype o_dtype, const ForwardOptions& options) {
+  return forward_fp8_workspace_size(q, k, v, o_dtype, nullptr, options);
+}
 
 inline std::string version() { return hopattn_version(); }
 inline std::string build_info() { return hopattn_build_info(); }

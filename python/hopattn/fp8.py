@@ -120,7 +120,8 @@ def forward_fp8_varlen(q, q_scales, k, k_scales, v, v_scales, cu_seqlens_q, cu_s
     tensor, (1, heads) head, (1, heads, blocks) block, a block counting rows of the packed tensor.
 
     The CPU backend only, for now: NumPy arrays and CPU tensors (the Hopper backend refuses the
-    variable-length FP8 forward with an UnsupportedError). Other arguments as forward_fp8.
+    variable-length FP8 forward: a HopattnError of status Status.UNSUPPORTED). Other arguments
+    as forward_fp8.
     Returns o (total_q, heads_q, head_dim) of out_dtype, or (o, lse) with lse (heads_q, total_q).
     """
     max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)

@@ -185,7 +185,10 @@ Status validate(const Arguments& a, const hopattn_forward_options* options_or_nu
   }
   if (a.query() || options.workspace == nullptr) return Status::kOk;
   return check_workspace(options.workspace, options.workspace_bytes, call.backend,
-                         call.workspace_needed, "hopattn_forward_fp8_workspace_size", system);
+                         call.workspace_needed,
+                         a.is_varlen ? "hopattn_forward_fp8_varlen_workspace_size"
+                                     : "hopattn_forward_fp8_workspace_size",
+                         system);
 }
 
 }  // namespace

@@ -475,14 +475,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   out.data = memory.take(q_elements * 4, 0, in);  // room for any dtype the call may accept
   if (in.ConsumeIntegralInRange(0, 31) == 0) out.data = scales;
   size_t fp8_bytes = 0;
-  if (varlen_call) {  // the packed form with the call's metadata, which may not fit these rows
+  if (varlen_call) {  // the packed form too, with the call's metadata, which may not fit these rows
     check_and_count("forward_fp8_varlen_workspace_size",
                     hopattn_forward_fp8_varlen_workspace_size(&quantized, &quantized, &quantized,
                                                               o_dtype, vl, opts, &fp8_bytes));
     check_and_count("forward_fp8_varlen",
                     hopattn_forward_fp8_varlen(&quantized, q_scales, &quantized, &k_scales,
                                                &quantized, &fp8_scales, &out, lse, vl, opts));
-    return 0;
   }
   check_and_count("forward_fp8_workspace_size",
                   hopattn_forward_fp8_workspace_size(&quantized, &quantized, &quantized, o_dtype,
