@@ -369,6 +369,14 @@ TEST(Fp8Forward, VarlenEqualsTheFloat32VarlenForwardOfTheDequantisedInputsBitFor
             HOPATTN_OK)
       << hopattn_last_error();
   EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(hopattn_forward_fp8_varlen_workspace_size(&t.q.tensor, &t.k.tensor, &t.v.tensor,
+                                                      HOPATTN_DTYPE_BFLOAT16, nullptr, &options, &bytes),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hopattn_last_error(), "varlen is NULL");
+  EXPECT_EQ(hopattn_forward_fp8_varlen_workspace_size(&t.q.tensor, &t.k.tensor, &t.v.tensor,
+                                                      HOPATTN_DTYPE_BFLOAT16, &varlen, &options, nullptr),
+            HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(hopattn_last_error(), "bytes is NULL");
 
   std::vector<float> o32(t.o_storage.size()), lse32(t.lse.size());
   hopattn_tensor o32_view = dense(o32.data(), HOPATTN_DTYPE_FLOAT32, 1, c.seqlen_q, c.heads_q,
