@@ -155,8 +155,8 @@ def _forward_on_codes(q, q_scales, k, k_scales, v, v_scales, layouts, varlen, ca
                          block_rows)]
     metadata, c_varlen = (None, None) if varlen is None else describe_varlen(
         fe, varlen[0], varlen[1], None, varlen[2], varlen[3])
-    result = _forward(fe, (tq, tk, tv), scales, scale_layouts, causal, softmax_scale, out, return_lse,
-                      "out_dtype", c_varlen)
+    result = _forward(fe, (tq, tk, tv), scales, scale_layouts, causal, softmax_scale, out,
+                      return_lse, "out_dtype", c_varlen)
     del metadata  # alive until here: the library read it
     return result
 
