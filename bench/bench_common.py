@@ -98,13 +98,14 @@ def add_variant_argument(parser):
                         help="another libhopattn.so to time beside the loaded one")
 
 
-def with_variants(impls, variants, name="hopattn"):
-    """`impls` plus one copy of impls[name] per --variant, "name@VARIANT", each running on its own
-    build of the library. The package loads one library per process (hopattn._lib.library, cached); each call
-    here makes its build the loaded one first, which costs nothing unless the build changes, and
-    do_bench's warm-up calls absorb that."""
+def with_variants(impls, variants, labels, name="hopattn"):
+    """(`impls` plus one copy of impls[name] per --variant, "name@VARIANT", each running on its own
+    build of the library; the names of those copies, which `labels` now labels by name). The
+    package loads one library per process (hopattn._lib.library, cached); each call here makes its
+    build the loaded one first, which costs nothing unless the build changes, and do_bench's
+    warm-up calls absorb that."""
     if not variants:
-        return impls
+        return impls, []
     from hopattn import _lib
     base = str(_lib.find_library())
     loaded = [base]
@@ -128,7 +129,9 @@ def with_variants(impls, variants, name="hopattn"):
             raise SystemExit(f"--variant {variant!r} is the loaded library itself ({base}); set "
                              "HOPATTN_LIBRARY to the tree's own build")
         result[f"{name}@{label}"] = on(str(Path(path).resolve()), impls[name])
-    return result
+    added = [key for key in result if key not in impls]
+    labels.update({key: key for key in added})
+    return result, added
 
 
 def add_sweep_arguments(parser, head_dims, seqlens):

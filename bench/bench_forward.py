@@ -164,10 +164,7 @@ def main():
     fa3, fa3_info = load_fa3(args.fa3_path)
     if fa3 is None:
         print(f"FlashAttention-3 not available: {fa3_info['reason']}", file=sys.stderr)
-    impls = with_variants(implementations(fa3), args.variant)
-    variants = [name for name in impls if name.startswith("hopattn@")]
-    for name in variants:
-        LABELS[name] = name
+    impls, variants = with_variants(implementations(fa3), args.variant, LABELS)
     cases = [(16384 // s, s, 2048 // d, d, c) for d in args.head_dims for s in args.seqlens
              for c in (False, True)]
     if not args.no_ablation:

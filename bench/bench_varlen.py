@@ -229,10 +229,7 @@ def main():
     if not varlen_info["available"]:
         varlen_info["reason"] = "hopattn has no attention_varlen"
         print("hopattn.attention_varlen not available: its rows record the error", file=sys.stderr)
-    impls = with_variants(implementations(fa3), args.variant, name="hopattn_varlen")
-    variants = [name for name in impls if name.startswith("hopattn_varlen@")]
-    for name in variants:
-        LABELS[name] = name
+    impls, variants = with_variants(implementations(fa3), args.variant, LABELS, name="hopattn_varlen")
     # Before any call: the base build is the loaded one (variants switch it).
     header = report_header(torch, hopattn, args.commit, "triton.testing.do_bench median, L2 flushed; "
                           "implementation order rotated per case")

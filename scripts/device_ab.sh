@@ -2,7 +2,8 @@
 # On the GPU machine, one call: the tree and experiments built side by side, then timed in one run
 # with FlashAttention-3 and the SDPA peers (bench_forward.py --variant; bench_varlen.py too with
 # --varlen). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
-# (scripts/build_variant.sh, into .variants/), e.g. a sed of a tuning constant or `patch -p1 < /path/to.patch`.
+# (scripts/build_variant.sh, into .variants/), e.g. a sed of a tuning constant or
+# `patch -p1 < /path/to.patch`.
 # Representative kernels only (bf16, head_dim 128), so the default sweep is head_dim 128.
 #   usage: scripts/device_ab.sh [--varlen] [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
 #   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
@@ -21,6 +22,13 @@ while [[ $# -gt 0 && $1 == --* ]]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+for experiment in "$@"; do  # every argument checked before anything is built
+  name=${experiment%%=*}
+  if [[ $experiment != *=* || -z $name || $name == base ]]; then
+    echo "device_ab.sh: '$experiment' is not NAME=EDIT with a NAME other than 'base'" >&2
+    exit 2
+  fi
+done
 commit=${HOPATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 features="" && ((varlen)) && features=varlen
 fa3_dir=$PWD/build-fa3-ab${features:+-$features}
@@ -31,10 +39,6 @@ pids="$pids $!"
 names=()
 for experiment in "$@"; do
   name=${experiment%%=*}
-  if [[ $experiment != *=* || -z $name || $name == base ]]; then
-    echo "device_ab.sh: '$experiment' is not NAME=EDIT with a NAME other than 'base'" >&2
-    exit 2
-  fi
   names+=("$name")
   (JOBS=3 bash scripts/build_variant.sh "$name" "${experiment#*=}" >"$L/build_$name.log" 2>&1) &
   pids="$pids $!"
