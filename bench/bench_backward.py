@@ -12,8 +12,9 @@ the same path for every implementation (hopattn through its torch.library operat
 backend pinned by sdpa_kernel, FA3 through its autograd function). "hopattn_op" is hopattn's
 registered backward operator called directly (torch.ops.hopattn.attention_backward with the o and
 lse of torch.ops.hopattn.attention_forward): the kernel without autograd's per-call cost. It is
-reported, not compared. Median of triton.testing.do_bench (L2 flushed before every run);
-implementations in an order rotated per case (recorded in each row).
+reported, not compared. Median over rounds of triton.testing.do_bench medians (L2 flushed before
+every run), each round timing every implementation once, in an order rotated per case (recorded in
+each row).
 
 Also: accuracy of dq, dk, dv (relative Frobenius error against float64 autograd of softmax
 attention on the GPU, bottom-right causal mask) at b=2 s=1024 h=16 d=128; peak memory of one
@@ -49,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 import hopattn._torch_ops  # noqa: E402,F401  (registers torch.ops.hopattn)
 from hopattn._frontend import LAYOUTS, TorchFrontend  # noqa: E402
-from bench_common import (add_run_arguments, add_sweep_arguments, first_output, load_fa3,  # noqa: E402
-                          plot_sweep, report_header, rotated, spread)
+from bench_common import (add_run_arguments, add_sweep_arguments, first_output, interleaved_ms,  # noqa: E402
+                          load_fa3, plot_sweep, report_header, rotated, spread)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -138,20 +139,22 @@ def probe(impls, fa3_info):
     return report
 
 
-def time_case(impls, order, batch, seqlen, heads, head_dim, causal, rep_ms):
+def time_case(impls, order, batch, seqlen, heads, head_dim, causal, rep_ms, rounds):
     q, k, v, grad_out = inputs(batch, seqlen, heads, head_dim,
                                seed=seqlen * 7 + head_dim + int(causal))
     flops = backward_flops(batch, heads, seqlen, head_dim, causal)
     row = dict(batch=batch, seqlen=seqlen, heads=heads, head_dim=head_dim, causal=causal,
                order=order)
+    calls = {}
     for name in order:
         try:
-            call = impls[name](q, k, v, grad_out, causal)  # the forward: outside the timing
-            ms = do_bench(call, warmup=25, rep=rep_ms, return_mode="median")
-            row[name] = dict(ms=ms, tflops=flops / ms / 1e9)
+            calls[name] = impls[name](q, k, v, grad_out, causal)  # the forward: outside the timing
         except Exception as error:
             row[name] = failure(error)
-        call = None  # frees this implementation's graph before the next one's forward
+    timed = interleaved_ms(calls, [n for n in order if n in calls], rep_ms, rounds)
+    calls = None  # frees the graphs
+    for name, ms in timed.items():
+        row[name] = failure(ms) if isinstance(ms, Exception) else dict(ms=ms, tflops=flops / ms / 1e9)
     if "tflops" not in row["hopattn"]:
         return row
     for peer in PEERS:
@@ -348,7 +351,7 @@ def main():
     availability = probe(impls, fa3_info)
     rows = []
     for i, case in enumerate(cases):
-        rows.append(time_case(impls, rotated(impls, i), *case, args.rep_ms))
+        rows.append(time_case(impls, rotated(impls, i), *case, args.rep_ms, args.rounds))
         print(f"[{i + 1}/{len(cases)}] {case}", file=sys.stderr, flush=True)
     errors = [accuracy(impls, causal) for causal in (False, True)]
     peak = memory(impls, TOKENS // 8192, 8192, HIDDEN // 128, 128)
@@ -362,8 +365,8 @@ def main():
     report = dict(
         **report_header(torch, hopattn, args.commit, "backward only (forward run once per case "
                         "outside the timing): torch.autograd.grad(out, (q, k, v), grad_out, "
-                        "retain_graph=True); triton.testing.do_bench median, L2 flushed; "
-                        "implementation order rotated per case"),
+                        f"retain_graph=True); median of {args.rounds} rounds of triton.testing.do_bench "
+                        "medians, L2 flushed; implementation order rotated per case"),
         flops="2.5 x forward (4 b h s^2 d, halved for causal)", implementations=availability,
         fa3=fa3_info, summary=summary, cases=rows, accuracy=errors,
         accuracy_method="relative Frobenius error vs float64 autograd on the GPU, BF16 N(0,1) "

@@ -85,7 +85,10 @@ def report_header(torch, hopattn, commit, timing):
 
 def add_run_arguments(parser, rep_ms):
     """The arguments every benchmark takes: time per case, the commit to record, FA3's location."""
-    parser.add_argument("--rep-ms", type=float, default=rep_ms, help="do_bench time per case")
+    parser.add_argument("--rep-ms", type=float, default=rep_ms,
+                        help="do_bench time per case and implementation, over all rounds")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds per case, each timing every implementation once (interleaved_ms)")
     parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
     parser.add_argument("--fa3-path", help=f"FA3's hopper/ directory (default: ${FA3_PATH_ENV})")
 
@@ -96,6 +99,27 @@ def add_variant_argument(parser):
     (bench_varlen.py: "hopattn_varlen@NAME")."""
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=LIBRARY",
                         help="another libhopattn.so to time beside the loaded one")
+
+
+def interleaved_ms(calls, order, rep_ms, rounds):
+    """name -> median milliseconds of each zero-argument callable in `calls`, over `rounds` rounds
+    that each time every one once, in `order` (triton's do_bench, L2 flushed, rep_ms / rounds
+    each): a drift of the GPU's clocks during a case then reaches every implementation alike. One
+    long measurement per implementation gave ratios of 0.93-1.08 between two builds of the same
+    kernel (bdae67b). A callable that raises maps to its exception and is not timed again."""
+    from triton.testing import do_bench
+
+    times = {name: [] for name in order}
+    for _ in range(rounds):
+        for name in order:
+            if isinstance(times[name], Exception):
+                continue
+            try:
+                ms = do_bench(calls[name], warmup=10, rep=rep_ms / rounds, return_mode="median")
+                times[name].append(ms)
+            except Exception as error:  # a peer may refuse a shape; the caller records why
+                times[name] = error
+    return {name: t if isinstance(t, Exception) else statistics.median(t) for name, t in times.items()}
 
 
 def with_variants(impls, variants, labels, name="hopattn"):

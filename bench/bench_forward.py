@@ -4,9 +4,9 @@
 The FlashAttention-3 paper's sweep: 16k tokens per batch (batch = 16384 / seqlen), hidden 2048
 (heads = 2048 / head_dim), head_dim 64/128/256, seqlen 512..16k, causal and not; plus its ablation
 point (batch 4, seqlen 8448, 16 heads, head_dim 128). BF16, random N(0,1) inputs in
-(batch, seqlen, heads, head_dim) layout, the median of triton.testing.do_bench (which flushes L2
-before every run). The implementations run in an order rotated per case (recorded in each row)
-so that clock drift under sustained load favours none of them. Each row has hopattn's TFLOP/s over
+(batch, seqlen, heads, head_dim) layout, the median over rounds of triton.testing.do_bench medians
+(which flushes L2 before every run), each round timing every implementation once, in an order
+rotated per case (recorded in each row), so that clock drift under sustained load favours none. Each row has hopattn's TFLOP/s over
 the best of FA3 and cuDNN, and over the best of all peers. Host overhead: wall-clock microseconds
 per call of a tiny problem (b=1, s=128, h=1, d=128), calls back to back with one sync at the end.
 Accuracy: RMSE and relative error against float64 on one mid-size problem with 0.1% of the entries
@@ -28,13 +28,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument,  # noqa: E402
-                          first_output, host_us, load_fa3, plot_sweep, report_header, rotated, spread,
-                          with_variants)
+                          first_output, host_us, interleaved_ms, load_fa3, plot_sweep, report_header,
+                          rotated, spread, with_variants)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -74,19 +73,18 @@ def best_of(row, names):
     return (max(ran)[1], max(ran)[0]) if ran else (None, None)
 
 
-def time_case(impls, order, batch, seqlen, heads, head_dim, causal, rep_ms):
+def time_case(impls, order, batch, seqlen, heads, head_dim, causal, rep_ms, rounds):
     gen = torch.Generator(device="cuda").manual_seed(seqlen * 7 + head_dim + int(causal))
     q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16,
                            generator=gen) for _ in range(3))
     flops = forward_flops(batch, heads, seqlen, head_dim, causal)
     row = dict(batch=batch, seqlen=seqlen, heads=heads, head_dim=head_dim, causal=causal, order=order)
-    for name in order:
-        fn = impls[name]
-        try:
-            ms = do_bench(lambda: fn(q, k, v, causal), warmup=25, rep=rep_ms, return_mode="median")
+    calls = {name: (lambda fn=impls[name]: fn(q, k, v, causal)) for name in order}
+    for name, ms in interleaved_ms(calls, order, rep_ms, rounds).items():
+        if isinstance(ms, Exception):  # a peer backend may refuse a shape; record why
+            row[name] = dict(error=f"{type(ms).__name__}: {ms}"[:300])
+        else:
             row[name] = dict(ms=ms, tflops=flops / ms / 1e9)
-        except Exception as error:  # a peer backend may refuse a shape; record why
-            row[name] = dict(error=f"{type(error).__name__}: {error}"[:300])
     if "tflops" not in row["hopattn"]:
         return row
     for peer in PEERS:
@@ -170,11 +168,11 @@ def main():
     if not args.no_ablation:
         cases.append((ABLATION["batch"], ABLATION["seqlen"], ABLATION["heads"], ABLATION["head_dim"], False))
     # Before any call: the base build is the loaded one (variants switch it).
-    header = report_header(torch, hopattn, args.commit, "triton.testing.do_bench median, L2 flushed; "
-                          "implementation order rotated per case")
+    header = report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
+                          "triton.testing.do_bench medians, L2 flushed; implementation order rotated per case")
     rows = []
     for i, case in enumerate(cases):
-        rows.append(time_case(impls, rotated(impls, i), *case, args.rep_ms))
+        rows.append(time_case(impls, rotated(impls, i), *case, args.rep_ms, args.rounds))
         print(f"[{i + 1}/{len(cases)}] {case}", file=sys.stderr, flush=True)
     overhead = host_overhead(impls)
     errors = [accuracy(impls, causal) for causal in (False, True)]

@@ -9,7 +9,8 @@ Speed, on the FA3 sweep (16k tokens, hidden 2048, head_dim 64/128/256, seqlen 51
   - cudnn_fp8: cuDNN's FP8 SDPA graph through cudnn-frontend (on Hopper it writes an FP8 output);
   - hopattn_bf16: hopattn's 16-bit kernel on the bf16 inputs, and hopattn_e2e: attention_fp8 from the same
     bf16 inputs (the three quantisations plus the kernel), with quantize: the three quantisations alone.
-Median of triton.testing.do_bench (L2 flushed), implementation order rotated per case.
+Median over rounds of triton.testing.do_bench medians (L2 flushed), each round timing every
+implementation once, in an order rotated per case.
 
 Accuracy (RMSE and relative error against float64 attention of the unquantised inputs): batch 4, seqlen
 2048, 16 heads, head_dim 128; the paper's outliers (N(0,1), 0.1% of entries x10) and channel outliers
@@ -27,12 +28,11 @@ import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
-from bench_common import (add_run_arguments, add_sweep_arguments, first_output, load_fa3,  # noqa: E402
-                          plot_sweep, report_header, rotated, spread)
+from bench_common import (add_run_arguments, add_sweep_arguments, first_output, interleaved_ms,  # noqa: E402
+                          load_fa3, plot_sweep, report_header, rotated, spread)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -127,7 +127,7 @@ def load_cudnn():
         return None, dict(available=False, reason=f"{type(error).__name__}: {error}"[:300])
 
 
-def time_case(fa3, cudnn, index, batch, seqlen, heads, head_dim, causal, rep_ms):
+def time_case(fa3, cudnn, index, batch, seqlen, heads, head_dim, causal, rep_ms, rounds):
     gen = torch.Generator(device="cuda").manual_seed(seqlen * 7 + head_dim + int(causal))
     q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
                for _ in range(3))
@@ -154,16 +154,14 @@ def time_case(fa3, cudnn, index, batch, seqlen, heads, head_dim, causal, rep_ms)
     row = dict(batch=batch, seqlen=seqlen, heads=heads, head_dim=head_dim, causal=causal)
     order = rotated(calls, index)
     row["order"] = order
+    timed = interleaved_ms({n: fn for n, fn in calls.items() if not isinstance(fn, Exception)},
+                           [n for n in order if not isinstance(calls[n], Exception)], rep_ms, rounds)
     for name in order:
-        fn = calls[name]
-        if isinstance(fn, Exception):
-            row[name] = dict(error=f"{type(fn).__name__}: {fn}"[:300])
-            continue
-        try:
-            ms = do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+        ms = calls[name] if isinstance(calls[name], Exception) else timed[name]
+        if isinstance(ms, Exception):
+            row[name] = dict(error=f"{type(ms).__name__}: {ms}"[:300])
+        else:
             row[name] = dict(ms=ms) if name == "quantize" else dict(ms=ms, tflops=flops / ms / 1e9)
-        except Exception as error:
-            row[name] = dict(error=f"{type(error).__name__}: {error}"[:300])
     ran = [(row[n]["tflops"], n) for n in FP8_PEERS if "tflops" in row.get(n, {})]
     if ran and "tflops" in row.get("hopattn_fp8", {}):
         best_tflops, best = max(ran)
@@ -260,14 +258,14 @@ def main():
     cases = [(16384 // s, s, 2048 // d, d, c) for d in args.head_dims for s in args.seqlens for c in (False, True)]
     rows = []
     for i, case in enumerate(cases):
-        rows.append(time_case(fa3, cudnn, i, *case, args.rep_ms))
+        rows.append(time_case(fa3, cudnn, i, *case, args.rep_ms, args.rounds))
         print(f"[{i + 1}/{len(cases)}] {case}", file=sys.stderr, flush=True)
     errors = [accuracy(fa3, cudnn, distribution) for distribution in ("outliers", "channels")]
     summary = dict(hopattn_over_best_fp8_peer=spread([r.get("hopattn_over_best_fp8_peer") for r in rows]),
                    seqlen_ge_1k=spread([r.get("hopattn_over_best_fp8_peer") for r in rows if r["seqlen"] >= 1024]),
                    e2e_over_bf16=spread([r.get("e2e_over_bf16") for r in rows]))
-    report = dict(**report_header(torch, hopattn, args.commit, "triton.testing.do_bench median, L2 flushed; "
-                                  "implementation order rotated per case"),
+    report = dict(**report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
+                                  "triton.testing.do_bench medians, L2 flushed; implementation order rotated per case"),
                   fa3=fa3_info, cudnn_fp8=cudnn_info, summary=summary, cases=rows, accuracy=errors)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))

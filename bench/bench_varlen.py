@@ -17,8 +17,9 @@ measured in its own TFLOP/s (its token count differs from the total by the round
 per case: hopattn_varlen / hopattn_fixed (what mixed lengths cost against equal lengths of the same
 work) and hopattn_varlen / fa3_varlen.
 
-Timing: median of triton.testing.do_bench (L2 flushed before every run), implementations in an
-order rotated per case (recorded in each row) so that clock drift favours none of them. Host
+Timing: median over rounds of triton.testing.do_bench medians (L2 flushed before every run), each
+round timing every implementation once, in an order rotated per case (recorded in each row) so that
+clock drift favours none of them. Host
 overhead: microseconds per call of one 128-token sequence, calls back to back, one sync at the end.
 Correctness per case: max |hopattn - FA3| over the whole output, and max |impl - reference| on a
 few sequences (first, longest, last) against float32 SDPA (math backend) run per sequence, beside
@@ -42,12 +43,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 from bench_common import (add_run_arguments, add_variant_argument, first_output, host_us,  # noqa: E402
-                          load_fa3, report_header, rotated, spread, with_variants)
+                          interleaved_ms, load_fa3, report_header, rotated, spread, with_variants)
 
 TOTALS = [16384, 32768, 65536]
 MIN_LEN, MAX_LEN = 128, 8192
@@ -143,7 +143,7 @@ def check(impls, x, lengths, causal):
     return result
 
 
-def time_case(impls, order, total, lengths, causal, seed, rep_ms):
+def time_case(impls, order, total, lengths, causal, seed, rep_ms, rounds):
     fixed = fixed_shape(lengths)
     x = make_inputs(lengths, fixed, seed)
     flops = attention_flops(lengths, HEADS, HEAD_DIM, causal)
@@ -153,13 +153,12 @@ def time_case(impls, order, total, lengths, causal, seed, rep_ms):
                heads=HEADS, head_dim=HEAD_DIM, flops=flops, lengths=lengths,
                fixed=dict(batch=fixed[0], seqlen=fixed[1], tokens=fixed[0] * fixed[1], flops=fixed_flops))
     row["correctness"] = check(impls, x, lengths, causal)
-    for name in order:
-        fn, work = impls[name], fixed_flops if name == "hopattn_fixed" else flops
-        try:
-            ms = do_bench(lambda: fn(x, causal), warmup=25, rep=rep_ms, return_mode="median")
-            row[name] = dict(ms=ms, tflops=work / ms / 1e9)
-        except Exception as error:  # an implementation may be missing or refuse; record why
-            row[name] = dict(error=f"{type(error).__name__}: {error}"[:300])
+    calls = {name: (lambda fn=impls[name]: fn(x, causal)) for name in order}
+    for name, ms in interleaved_ms(calls, order, rep_ms, rounds).items():
+        if isinstance(ms, Exception):  # an implementation may be missing or refuse; record why
+            row[name] = dict(error=f"{type(ms).__name__}: {ms}"[:300])
+        else:
+            row[name] = dict(ms=ms, tflops=(fixed_flops if name == "hopattn_fixed" else flops) / ms / 1e9)
     ran = {n: row[n]["tflops"] for n in impls if "tflops" in row[n]}
     if "hopattn_varlen" in ran:
         for other in ("hopattn_fixed", "fa3_varlen"):
@@ -231,14 +230,14 @@ def main():
         print("hopattn.attention_varlen not available: its rows record the error", file=sys.stderr)
     impls, variants = with_variants(implementations(fa3), args.variant, LABELS, name="hopattn_varlen")
     # Before any call: the base build is the loaded one (variants switch it).
-    header = report_header(torch, hopattn, args.commit, "triton.testing.do_bench median, L2 flushed; "
-                          "implementation order rotated per case")
+    header = report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
+                          "triton.testing.do_bench medians, L2 flushed; implementation order rotated per case")
     cases = [(total, causal) for total in args.totals for causal in (False, True)]
     rows = []
     for i, (total, causal) in enumerate(cases):
         lengths = draw_lengths(total, args.seed)
         rows.append(time_case(impls, rotated(impls, i), total, lengths, causal,
-                              seed=total + int(causal), rep_ms=args.rep_ms))
+                              seed=total + int(causal), rep_ms=args.rep_ms, rounds=args.rounds))
         print(f"[{i + 1}/{len(cases)}] total {total} causal {causal}: {len(lengths)} sequences",
               file=sys.stderr, flush=True)
     overhead = host_overhead(impls)
