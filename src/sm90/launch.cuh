@@ -26,16 +26,16 @@ struct DeviceShape {
 };
 Status current_device_shape(DeviceShape& shape);
 
-// Causal tiles differ in length and are drawn dynamically; equal tiles are dealt out statically.
-template <bool kCausal>
-using SchedulerFor = std::conditional_t<kCausal, DynamicTileScheduler, StaticTileScheduler>;
+// Equal tiles (fixed lengths, no mask) are dealt out statically. Tiles of unequal length are drawn
+// dynamically: causal ones, and those of variable-length batches, whose tiles see their own
+// sequence's keys and whose grid has empty tiles past each shorter sequence's end.
+inline bool equal_tiles(ForwardProblem const& problem) { return !problem.causal && !problem.seqlens.varlen(); }
 
 // `Problem`: ForwardProblem, or Fp8ForwardProblem for a Config of FP8 inputs.
-template <class Config, bool kCausal, class Problem>
+template <class Config, bool kCausal, class Scheduler, class Problem>
 Status launch_forward_kernel(Problem const& problem, DeviceShape const& device, void* workspace) {
   using Mainloop = ForwardMainloop<Config, kCausal>;
   using Epilogue = ForwardEpilogue<Config>;
-  using Scheduler = SchedulerFor<kCausal>;
   using Kernel = ForwardKernel<Mainloop, Epilogue, Scheduler>;
   auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
 
@@ -75,15 +75,16 @@ Status launch_forward_config(Problem const& problem, void* workspace) {
   using Config = ForwardConfig<Element, ElementOut, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
   DeviceShape device;
   if (Status status = current_device_shape(device); status != Status::kOk) return status;
-  return problem.causal ? launch_forward_kernel<Config, true>(problem, device, workspace)
-                        : launch_forward_kernel<Config, false>(problem, device, workspace);
+  if (problem.causal) return launch_forward_kernel<Config, true, DynamicTileScheduler>(problem, device, workspace);
+  return equal_tiles(problem) ? launch_forward_kernel<Config, false, StaticTileScheduler>(problem, device, workspace)
+                              : launch_forward_kernel<Config, false, DynamicTileScheduler>(problem, device, workspace);
 }
 
 // Bytes of workspace launch_forward<Element, kHeadDim>(problem, ...) needs (the dynamic
 // scheduler's tile counter); the same for launch_forward_fp8.
 template <class Element, int kHeadDim>
 size_t forward_workspace_bytes(ForwardProblem const& problem) {
-  return problem.causal ? DynamicTileScheduler::kWorkspaceBytes : StaticTileScheduler::kWorkspaceBytes;
+  return equal_tiles(problem) ? StaticTileScheduler::kWorkspaceBytes : DynamicTileScheduler::kWorkspaceBytes;
 }
 
 // `workspace`: at least forward_workspace_bytes<Element, kHeadDim>(problem) bytes of device memory.

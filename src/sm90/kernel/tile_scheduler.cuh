@@ -9,8 +9,9 @@
 // block is the slow index and the head the fast one, so that later query blocks, which see more
 // keys, come first (longest-processing-time first).
 //
-// Equal tiles (no mask) are dealt out statically: CTA c takes tiles c, c + grid, ... Tiles of
-// unequal length (causal) are taken dynamically from a global counter in the workspace, so a CTA
+// Equal tiles (fixed lengths, no mask) are dealt out statically: CTA c takes tiles c, c + grid, ...
+// Tiles of unequal length (causal, and variable-length batches) are taken dynamically from a global
+// counter in the workspace, so a CTA
 // that drew short tiles takes more of them; the producer warp draws the next tile and hands it to
 // the consumer warpgroups through shared memory.
 #pragma once
