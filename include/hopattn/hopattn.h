@@ -371,8 +371,8 @@ HOPATTN_API hopattn_status hopattn_forward_fp8_workspace_size(
  * describes (batch 1, as in hopattn_forward_varlen), lse (heads_q, total_q) or NULL. The scales
  * are those hopattn_quantize_fp8 writes for the packed tensors: a HOPATTN_FP8_SCALE_BLOCK block
  * holds block_rows rows of the packed tensor (it may span the end of one sequence and the start of
- * the next), HOPATTN_FP8_SCALE_HEAD one scale per head over every sequence. The CPU backend takes
- * it; the SM90 backend answers HOPATTN_ERROR_UNSUPPORTED for now.
+ * the next), HOPATTN_FP8_SCALE_HEAD one scale per head over every sequence. Both backends take
+ * it, with the same scale rules as hopattn_forward_fp8 (SM90: V per tensor or per head).
  */
 HOPATTN_API hopattn_status hopattn_forward_fp8_varlen(
     const hopattn_tensor* q, const hopattn_fp8_scales* q_scales, const hopattn_tensor* k,

@@ -119,8 +119,7 @@ def forward_fp8_varlen(q, q_scales, k, k_scales, v, v_scales, cu_seqlens_q, cu_s
     those of the packed tensors, as quantize_fp8 returns them for q[None] (a batch of one): ()
     tensor, (1, heads) head, (1, heads, blocks) block, a block counting rows of the packed tensor.
 
-    The CPU backend only, for now: NumPy arrays and CPU tensors (the Hopper backend refuses the
-    variable-length FP8 forward: a HopattnError of status Status.UNSUPPORTED). Other arguments
+    NumPy arrays, CPU tensors and CUDA tensors, with forward_fp8's scale rules. Other arguments
     as forward_fp8.
     Returns o (total_q, heads_q, head_dim) of out_dtype, or (o, lse) with lse (heads_q, total_q).
     """
@@ -216,8 +215,7 @@ def attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
     hopattn.attention_varlen: q (total_q, heads_q, head_dim), k and v (total_k, heads_kv,
     head_dim), bfloat16 or float16, with cu_seqlens_q / cu_seqlens_k / max_seqlen_q / max_seqlen_k
     as there. Each packed tensor is quantised as one (batch of one) sequence: quantization="block"
-    scales blocks of 128 packed rows, which may span two sequences. The CPU backend only, for now
-    (NumPy arrays and CPU tensors). Returns o (total_q, heads_q, head_dim, q's dtype), or (o, lse)
+    scales blocks of 128 packed rows, which may span two sequences. Returns o (total_q, heads_q, head_dim, q's dtype), or (o, lse)
     with lse (heads_q, total_q).
     """
     max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)

@@ -174,15 +174,6 @@ Status check_backward_rules(const BackwardProblem& p) {
 
 Status check_forward_fp8_rules(const Fp8ForwardProblem& p) {
   const SeqlenLayout& s = p.seqlens;
-  // K block scales count packed rows, and a sequence's key chunks start wherever it does: a chunk
-  // could span two scale blocks, which the kernel descales as one.
-  if (s.varlen() && p.k_scales.data != nullptr && p.k_scales.scaling == Fp8Scaling::kBlock) {
-    return fail(Status::kUnsupported,
-                "k_scales->scaling is HOPATTN_FP8_SCALE_BLOCK; for variable-length batches the "
-                "SM90 FP8 kernel takes K scales per tensor or per head (its key chunks start at "
-                "each sequence's first key, not at a block of the packed rows; the CPU backend "
-                "takes block K scales)");
-  }
   const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
   constexpr DType e4m3 = DType::kFloat8E4M3;
   if (Status status =

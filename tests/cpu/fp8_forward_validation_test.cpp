@@ -678,14 +678,12 @@ TEST_F(Fp8ForwardValidation, VarlenPacksTheSequencesAndCountsTheScalesOfThePacke
   expect_varlen_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "have batch 1");
 }
 
-TEST_F(Fp8ForwardValidation, Sm90VarlenTakesKScalesPerTensorOrPerHead) {
+TEST_F(Fp8ForwardValidation, Sm90TakesFp8VarlenWithBlockScalesOfQAndK) {
   packed();
   on_a_gpu();
   spaces[cu_q] = spaces[cu_k] = MemorySpace::Device;
-  expect_varlen_rejected(HOPATTN_ERROR_UNSUPPORTED, "for variable-length batches");
-  k_scales.scaling = HOPATTN_FP8_SCALE_HEAD;
   EXPECT_EQ(validate(true), HOPATTN_OK) << last_error();
-  EXPECT_EQ(query(HOPATTN_DTYPE_BFLOAT16, true), HOPATTN_OK) << last_error();  // no scales: no rule
+  EXPECT_EQ(query(HOPATTN_DTYPE_BFLOAT16, true), HOPATTN_OK) << last_error();
 }
 
 }  // namespace

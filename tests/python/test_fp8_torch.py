@@ -184,3 +184,19 @@ def test_cuda_refuses_block_v_scales_naming_v_scaling():
     with pytest.raises(hopattn.HopattnError, match="v_scaling is HOPATTN_FP8_SCALE_BLOCK") as err:
         hopattn.forward_fp8(codes, scales, codes, scales, codes, scales)
     assert err.value.status == hopattn.Status.UNSUPPORTED
+
+
+@requires_hopper
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cuda_attention_fp8_varlen_matches_each_sequence_on_the_cpu(causal):
+    # Sequences that start off every 128-row scale block of the packed tensors, one without keys.
+    cu = torch.tensor([0, 129, 400, 400, 700, 1033], dtype=torch.int32)
+    q, k, v = (outliers((1033, 4, 128), torch.bfloat16, seed=20 + i) for i in range(3))
+    o = hopattn.attention_fp8_varlen(q.cuda(), k.cuda(), v.cuda(), cu.cuda(), cu.cuda(), 333, 333,
+                                     causal=causal, seed=5)
+    # The same packed codes and scales on the CPU backend.
+    want = hopattn.attention_fp8_varlen(q, k, v, cu, cu, 333, 333, causal=causal, seed=5)
+    torch.cuda.synchronize()
+    assert o.device.type == "cuda" and o.shape == q.shape and bool(torch.isfinite(o).all())
+    # The kernel's e4m3 P against the CPU's float32 P: tests/gpu/test_sm90_fp8_forward.cpp's bound.
+    assert rmse(o, as_float64(want)) < 0.06 * float(np.sqrt(np.mean(as_float64(want) ** 2)))

@@ -51,7 +51,7 @@ struct ForwardKernel {
     __device__ TileWork(Params const& params, int tile) {
       coord = params.scheduler.order.coord(tile);
       seq = sequence_of(params.mainloop.seqlens, coord.batch);
-      mask = {int(seq.seqlen_q), int(seq.seqlen_k)};
+      mask = {int(seq.seqlen_q), int(seq.seqlen_k), Mainloop::key_shift(params.mainloop, seq)};
       key_block_end = has_rows() ? mask.key_block_end(coord.m_block) : 0;
     }
     __device__ bool has_rows() const { return coord.m_block * Config::kBlockM < seq.seqlen_q; }

@@ -43,8 +43,8 @@ struct ForwardMainloop {
   using Pipeline = typename Config::Pipeline;
   using PipelineState = typename Config::PipelineState;
   using TransposePipeline = typename Config::TransposePipeline;
-  using Mask = BlockMask<Config::kBlockM, Config::kBlockN, kCausal>;
   static constexpr bool kFp8 = Config::kFp8;
+  using Mask = BlockMask<Config::kBlockM, Config::kBlockN, kCausal, /*kShiftedKeys=*/kFp8>;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kHeadDim = Config::kHeadDim;
@@ -54,6 +54,7 @@ struct ForwardMainloop {
   // FP8: K scale blocks are multiples of 128 rows, so chunks of gcd(kBlockN, 128) keys of a key
   // block each have one K scale.
   static constexpr int kKScaleChunks = kFp8 ? kBlockN / cute::gcd(kBlockN, 128) : 1;
+  static constexpr int kKScaleChunkKeys = kBlockN / kKScaleChunks;
 
   // FP8: V^T (and O after the last P V) and the pipeline that hands V^T blocks to the consumers.
   struct TransposeStorage {
@@ -92,6 +93,9 @@ struct ForwardMainloop {
     Fp8Scales q, k, v;
     // k's rows_per_scale(), for the block of each chunk of every key block.
     cutlass::FastDivmod k_rows_per_scale;
+    // A power of two: each sequence's key blocks start at the multiple of it at or before its
+    // first packed key (key_shift).
+    int key_alignment;
   };
   struct NoDescales {};
 
@@ -123,9 +127,23 @@ struct ForwardMainloop {
     if constexpr (kFp8) {
       // Rows are 32-bit on this backend (sm90_rules.cpp); a block of 2^31 rows or more holds them all.
       const int rows_per_scale = int(std::min<int64_t>(p.k_scales.rows_per_scale(), INT32_MAX));
-      params.descales = {p.q_scales, p.k_scales, p.v_scales, cutlass::FastDivmod(rows_per_scale)};
+      // Block K scales count packed rows, and a chunk must lie in one block: with variable
+      // lengths a sequence may start anywhere, so its key blocks start on the chunk grid.
+      const bool chunk_grid = p.seqlens.varlen() && p.k_scales.scaling == Fp8Scaling::kBlock;
+      params.descales = {p.q_scales, p.k_scales, p.v_scales, cutlass::FastDivmod(rows_per_scale),
+                         chunk_grid ? kKScaleChunkKeys : 1};
     }
     return params;
+  }
+
+  // The keys before the sequence's first one that its key blocks start with (mask.cuh): FP8 with
+  // variable lengths and K block scales; 0 otherwise.
+  __device__ static int key_shift(Params const& params, Sequence const& seq) {
+    if constexpr (kFp8) {
+      return int(seq.k_begin) & (params.descales.key_alignment - 1);
+    } else {
+      return 0;
+    }
   }
 
   static bool descriptors_encoded(Params const& params) {
@@ -154,9 +172,10 @@ struct ForwardMainloop {
     // (TMA fills those with zeros): the mask hides such keys, and the epilogue stores no such row.
     Tensor mQ = domain_offset(make_coord(int(seq.q_begin), _0{}),
                               params.tma_load_q.get_tma_tensor(params.shape_q)(_, _, tile.head, tensor_batch));
-    Tensor mK = domain_offset(make_coord(int(seq.k_begin), _0{}),
+    const int key_base = int(seq.k_begin) - key_shift(params, seq);  // >= 0: k_begin rounded down
+    Tensor mK = domain_offset(make_coord(key_base, _0{}),
                               params.tma_load_k.get_tma_tensor(params.shape_kv)(_, _, head_kv, tensor_batch));
-    Tensor mV = domain_offset(make_coord(int(seq.k_begin), _0{}),
+    Tensor mV = domain_offset(make_coord(key_base, _0{}),
                               params.tma_load_v.get_tma_tensor(params.shape_kv)(_, _, head_kv, tensor_batch));
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(tile.m_block, _0{}));
     Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
@@ -338,7 +357,10 @@ struct ForwardMainloop {
         typename Softmax::ChunkScales k_descale;
         CUTE_UNROLL
         for (int j = 0; j < kKScaleChunks; ++j) {
-          const int key = min(n_block * kBlockN + j * (kBlockN / kKScaleChunks), int(seq.seqlen_k) - 1);
+          // The chunk's first key, of the sequence (negative: before it, in the rows before the
+          // sequence that the mask hides); a chunk past the sequence reads its last key's.
+          const int key =
+              min(n_block * kBlockN + j * kKScaleChunkKeys - mask.shift(), int(seq.seqlen_k) - 1);
           const int block = params.descales.k_rows_per_scale.div(int(seq.k_begin) + key);
           k_descale[j] = usable_scale(__ldg(k_scales_of_head + block));
         }
@@ -348,6 +370,7 @@ struct ForwardMainloop {
       }
     };
 
+    const int unmasked_begin = mask.unmasked_key_block_begin();
     const int unmasked_end = mask.unmasked_key_block_end(tile.m_block);
     PipelineState& k_state = read_state;
     PipelineState v_state = read_state;  // V trails K by one block: P of the previous block waits for it
@@ -360,7 +383,7 @@ struct ForwardMainloop {
     warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), scores);
     k_pipeline.consumer_release(k_state);
     ++k_state;
-    if (n_block >= unmasked_end) mask.apply(scores, tScS, tile.m_block, n_block);
+    if (n_block >= unmasked_end || n_block < unmasked_begin) mask.apply(scores, tScS, tile.m_block, n_block);
     softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
     Tensor p = convert_p(scores);
     // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
@@ -392,7 +415,10 @@ struct ForwardMainloop {
       p = convert_p(next_scores);
     };
     for (--n_block; n_block >= unmasked_end; --n_block) overlapped_step(n_block, cute::true_type{});
-    for (; n_block >= 0; --n_block) overlapped_step(n_block, cute::false_type{});
+    for (; n_block >= unmasked_begin; --n_block) overlapped_step(n_block, cute::false_type{});
+    if constexpr (kFp8) {
+      if (n_block == 0) overlapped_step(0, cute::true_type{});  // starts before the sequence
+    }
 
     // Every Q K^T of this tile has retired: the producer may bring the next tile's Q.
     barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);

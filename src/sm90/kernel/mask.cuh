@@ -12,37 +12,48 @@ namespace hopattn::sm90 {
 
 using namespace cute;
 
-template <int kBlockM, int kBlockN, bool kCausal>
+template <int kBlockM, int kBlockN, bool kCausal, bool kShiftedKeys = false>
 struct BlockMask {
   int seqlen_q, seqlen_k;
+  // kShiftedKeys: the key blocks start key_shift keys before the sequence's first key (FP8 K block
+  // scales with variable-length batches, mainloop.cuh), and those keys are masked too. Block n
+  // then holds the sequence's keys [n * kBlockN - key_shift, (n + 1) * kBlockN - key_shift).
+  int key_shift;
 
-  // Key blocks [0, end) hold every key some row of query block m_block sees.
+  __device__ __forceinline__ int shift() const { return kShiftedKeys ? key_shift : 0; }
+
+  // Key blocks [0, end) hold every key some row of query block m_block sees; 0 when it sees none.
   __device__ __forceinline__ int key_block_end(int m_block) const {
     const int last_row = min(seqlen_q, (m_block + 1) * kBlockM) - 1;
     const int key_end = int(visible_key_end(kCausal, last_row, seqlen_q, seqlen_k));
-    return ceil_div(key_end, kBlockN);
+    return key_end == 0 ? 0 : ceil_div(key_end + shift(), kBlockN);
   }
 
-  // Key blocks [0, end) are visible to every row of query block m_block, so need no mask.
+  // Key blocks [unmasked_key_block_begin(), unmasked_key_block_end(m_block)) are visible to every
+  // row of query block m_block, so need no mask.
+  __device__ __forceinline__ int unmasked_key_block_begin() const { return shift() > 0 ? 1 : 0; }
   __device__ __forceinline__ int unmasked_key_block_end(int m_block) const {
     const int key_end = int(visible_key_end(kCausal, m_block * kBlockM, seqlen_q, seqlen_k));
-    return min(key_end, seqlen_k) / kBlockN;
+    return (min(key_end, seqlen_k) + shift()) / kBlockN;
   }
 
-  // Sets the scores of keys a row does not see (beyond its causal limit or beyond seqlen_k) to -inf.
-  // `coords` is the identity tensor of the (kBlockM, kBlockN) tile partitioned like `scores`.
+  // Sets the scores of keys a row does not see (beyond its causal limit or beyond seqlen_k, and
+  // before the sequence) to -inf. `coords` is the identity tensor of the (kBlockM, kBlockN) tile
+  // partitioned like `scores`.
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void apply(TensorS& scores, TensorC const& coords, int m_block,
                                         int n_block) const {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     Tensor c = make_tensor(coords.data(), accumulator_rows_cols(coords.layout()));
+    const int block_first_key = n_block * kBlockN - shift();  // of the sequence
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
       const int row = m_block * kBlockM + get<0>(c(r, 0));
-      const int key_end = int(visible_key_end(kCausal, row, seqlen_q, seqlen_k)) - n_block * kBlockN;
+      const int key_end = int(visible_key_end(kCausal, row, seqlen_q, seqlen_k)) - block_first_key;
       CUTE_UNROLL
       for (int col = 0; col < size<1>(s); ++col) {
-        if (get<1>(c(r, col)) >= key_end) s(r, col) = -INFINITY;
+        const int column = get<1>(c(r, col));
+        if (column >= key_end || (kShiftedKeys && column < -block_first_key)) s(r, col) = -INFINITY;
       }
     }
   }
