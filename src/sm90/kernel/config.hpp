@@ -64,18 +64,6 @@ struct ForwardConfig {
                            GMMA::Major::K, kFp8 ? GMMA::Major::K : GMMA::Major::MN>(),
       WarpgroupLayout{}));
 
-  // 16-bit: the row sums of P come from the tensor cores, as P times a block of ones (kBlockN x 8)
-  // issued with P V, rather than from one FADD per score (a seventh of the key loop's instructions,
-  // which bound it: the tensor pipe was 78% busy). The sum is then that of P as rounded for P V,
-  // the same weights that O sums. FP8 keeps the FADDs: its P is e4m3 and its tensor-core sums keep
-  // fewer bits.
-  static constexpr bool kRowSumOnTensorCores = !kFp8;
-  using TiledMmaRowSum = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, _8, Int<kBlockN>>, GMMA::Major::K, GMMA::Major::K>(),
-      WarpgroupLayout{}));
-  // Every element is 1, so any layout WGMMA accepts will do: the plainest, no swizzle.
-  using SmemLayoutOnes = decltype(tile_to_shape(GMMA::Layout_K_INTER_Atom<Element>{}, Shape<_8, Int<kBlockN>>{}));
-
   using SmemAtom = KMajorAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutO = decltype(tile_to_shape(KMajorAtom<ElementOut, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));

@@ -87,8 +87,7 @@ struct ForwardKernel {
     }
     Pipeline v_pipeline(shared.v_pipeline, v_pipeline_params, Shape<_1, _1, _1>{});
     auto vt_pipeline = make_transpose_pipeline(shared, producer_warp);
-    Mainloop::init_shared(shared, int(threadIdx.x), kNumThreads);
-    __syncthreads();  // barrier initialisation (and init_shared's writes) visible to every role
+    __syncthreads();  // barrier initialisation is visible to every role
 
     using Cursor = typename Scheduler::template Cursor<kTileReaders>;
     Cursor cursor(params.scheduler, storage.scheduler);

@@ -55,7 +55,6 @@ struct ForwardMainloop {
   // block each have one K scale.
   static constexpr int kKScaleChunks = kFp8 ? kBlockN / cute::gcd(kBlockN, 128) : 1;
   static constexpr int kKScaleChunkKeys = kBlockN / kKScaleChunks;
-  static constexpr bool kRowSumOnTensorCores = Config::kRowSumOnTensorCores;
 
   // FP8: V^T (and O after the last P V) and the pipeline that hands V^T blocks to the consumers.
   struct TransposeStorage {
@@ -63,10 +62,6 @@ struct ForwardMainloop {
     typename TransposePipeline::SharedStorage pipeline;
   };
   struct NoStorage {};
-  // 16-bit: the B operand of the row sums' GEMM (config.hpp), written once per CTA.
-  struct OnesStorage {
-    alignas(128) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutOnes>, 128> ones;
-  };
   static constexpr int kVElements = kFp8 ? cosize_v<typename Config::SmemLayoutKV> : Config::kPvOperandElements;
 
   struct SharedStorage {
@@ -74,7 +69,6 @@ struct ForwardMainloop {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutKV>, 1024> k;
     alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;  // and O, for 16-bit inputs
     conditional_t<kFp8, TransposeStorage, NoStorage> transpose;
-    conditional_t<kRowSumOnTensorCores, OnesStorage, NoStorage> row_sum;
     cutlass::arch::ClusterTransactionBarrier q_full;
     // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer.
     cutlass::arch::ClusterBarrier output_drained;
@@ -161,15 +155,6 @@ struct ForwardMainloop {
     prefetch_tma_descriptor(params.tma_load_q.get_tma_descriptor());
     prefetch_tma_descriptor(params.tma_load_k.get_tma_descriptor());
     prefetch_tma_descriptor(params.tma_load_v.get_tma_descriptor());
-  }
-
-  // By every thread of the CTA before the barrier that publishes the barriers' initialisation:
-  // shared memory that no tile changes.
-  __device__ static void init_shared(SharedStorage& shared, int thread, int threads) {
-    if constexpr (kRowSumOnTensorCores) {
-      for (int i = thread; i < int(shared.row_sum.ones.size()); i += threads) shared.row_sum.ones[i] = Element(1.f);
-      cutlass::arch::fence_view_async_shared();  // WGMMA reads them through the async proxy
-    }
   }
 
   // Run by the whole producer warp (the named barrier counts it); `leader` issues the copies.
@@ -337,50 +322,17 @@ struct ForwardMainloop {
 
     typename Config::TiledMmaQK mma_qk;
     typename Config::TiledMmaPV mma_pv;
-    // The shared-memory operands' descriptors depend only on the warpgroup. Taken from its
-    // warp-uniform index (a shuffle) rather than the thread's, they stay in uniform registers: from
-    // the thread index, ptxas kept Q's in vector registers and moved them across every step.
-    const int warpgroup = cutlass::canonical_warp_group_idx() - 1;
-    auto warpgroup_qk = mma_qk.get_thread_slice(warpgroup * cutlass::NumThreadsPerWarpGroup);
-    auto warpgroup_pv = mma_pv.get_thread_slice(warpgroup * cutlass::NumThreadsPerWarpGroup);
     auto thread_qk = mma_qk.get_thread_slice(thread_idx);
-    Tensor tSrQ = warpgroup_qk.partition_fragment_A(sQ);
-    Tensor tSrK = warpgroup_qk.partition_fragment_B(sK);
-    Tensor tOrVt = warpgroup_pv.partition_fragment_B(sVt);
+    auto thread_pv = mma_pv.get_thread_slice(thread_idx);
+    Tensor tSrQ = thread_qk.partition_fragment_A(sQ);
+    Tensor tSrK = thread_qk.partition_fragment_B(sK);
+    Tensor tOrVt = thread_pv.partition_fragment_B(sVt);
     Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
-    using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks, /*kSumsP=*/!kRowSumOnTensorCores>;
+    using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks>;
     Softmax softmax(params.softmax_scale);
     clear(output);
-    // 16-bit: every column of row_sums holds its row's sum of P, accumulated like O.
-    typename Config::TiledMmaRowSum mma_row_sum;
-    Tensor row_sums = partition_fragment_C(mma_row_sum, Shape<Int<kBlockM>, _8>{});
-    auto tOrOnes = [&] {
-      if constexpr (kRowSumOnTensorCores) {
-        Tensor sOnes = make_tensor(make_smem_ptr(shared.row_sum.ones.data()), typename Config::SmemLayoutOnes{});
-        return mma_row_sum.get_thread_slice(warpgroup * cutlass::NumThreadsPerWarpGroup).partition_fragment_B(sOnes);
-      } else {
-        return 0;
-      }
-    }();
-    clear(row_sums);
-    // O += P V, and the row sums with it; the batch retires before it returns when kWait.
-    auto issue_pv = [&](auto& p_operand, int v_index, auto wait) {
-      constexpr bool kWait = decltype(wait)::value;
-      if constexpr (kRowSumOnTensorCores) {
-        warpgroup_gemm_pair<kWait>(mma_pv, p_operand, tOrVt(_, _, _, v_index), output, mma_row_sum, tOrOnes, row_sums);
-      } else {
-        warpgroup_gemm<false, kWait>(mma_pv, p_operand, tOrVt(_, _, _, v_index), output);
-      }
-    };
-    auto rescale_accumulators = [&](RowVector<kRows> const& factor) {
-      if constexpr (kRowSumOnTensorCores) {
-        Softmax::rescale_output(factor, output, row_sums);
-      } else {
-        Softmax::rescale_output(factor, output);
-      }
-    };
 
     // FP8: the Q scale of each of the thread's rows (rows past the sequence read its last row's),
     // and per step the K scale of each chunk of the key block (keys past it read its last key's).
@@ -444,12 +396,12 @@ struct ForwardMainloop {
       Tensor next_scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
       k_pipeline.consumer_wait(k_state);
       v_pipeline.consumer_wait(v_state);
-      Pingpong::wait_turn(warpgroup);
+      Pingpong::wait_turn();
       warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), next_scores);
-      rescale_accumulators(pending_rescale);
+      Softmax::rescale_output(output, pending_rescale);
       Tensor tOrP = p_as_operand(p);
-      issue_pv(tOrP, v_state.index(), cute::false_type{});
-      Pingpong::pass_turn(warpgroup);
+      warpgroup_gemm<false, false>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
+      Pingpong::pass_turn();
       warpgroup_wait<1>();  // S retired; P V may still run
       warpgroup_fence_operand(next_scores);
       k_pipeline.consumer_release(k_state);
@@ -458,7 +410,6 @@ struct ForwardMainloop {
       pending_rescale = softmax_step(next_scores, n_block);
       warpgroup_wait<0>();
       warpgroup_fence_operand(output);
-      if constexpr (kRowSumOnTensorCores) warpgroup_fence_operand(row_sums);
       v_pipeline.consumer_release(v_state);
       ++v_state;
       p = convert_p(next_scores);
@@ -472,20 +423,12 @@ struct ForwardMainloop {
     // Every Q K^T of this tile has retired: the producer may bring the next tile's Q.
     barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
     v_pipeline.consumer_wait(v_state);
-    rescale_accumulators(pending_rescale);
+    Softmax::rescale_output(output, pending_rescale);
     Tensor tOrP = p_as_operand(p);
-    issue_pv(tOrP, v_state.index(), cute::true_type{});
+    warpgroup_gemm<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
     v_pipeline.consumer_release(v_state);
 
-    RowVector<kRows> sums;
-    if constexpr (kRowSumOnTensorCores) {
-      Tensor sums_by_row = make_tensor(row_sums.data(), accumulator_rows_cols(row_sums.layout()));
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) sums(r) = sums_by_row(r, 0);
-    } else {
-      sums = softmax.row_sums();
-    }
-    lse = softmax.finalize(output, sums, params.softmax_scale, v_descale);
+    lse = softmax.finalize(output, params.softmax_scale, v_descale);
   }
 
   // P in the element type of P V, laid out (16-bit) as the accumulator or (FP8) as the operand.
@@ -510,28 +453,30 @@ struct ForwardMainloop {
   // Before the first tile: Q's buffer is free, and the first warpgroup has the first turn.
   __device__ static void consumer_init() {
     barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
-    Pingpong::init(cutlass::canonical_warp_group_idx() - 1);
+    Pingpong::init();
   }
 
   // The named-barrier turns of the pingpong schedule; no-ops when Config::kPingpong is off.
-  // `warpgroup`: the consumer warpgroup, counted from 0 (warp-uniform).
   struct Pingpong {
     static constexpr int kWarpgroups = Config::kNumConsumerWarpgroups;
     static constexpr uint32_t kThreads = 2 * 128;  // the warpgroup waiting plus the one passing
 
-    __device__ static void init(int warpgroup) {
+    __device__ static int consumer_warpgroup() { return cutlass::canonical_warp_group_idx() - 1; }
+
+    __device__ static void init() {
       if constexpr (Config::kPingpong) {
-        if (warpgroup == 0) barrier_arrive(kThreads, ForwardBarrier::kWarpgroupTurn, 0);
+        if (consumer_warpgroup() == 0) barrier_arrive(kThreads, ForwardBarrier::kWarpgroupTurn, 0);
       }
     }
-    __device__ static void wait_turn(int warpgroup) {
+    __device__ static void wait_turn() {
       if constexpr (Config::kPingpong) {
-        barrier_sync(kThreads, ForwardBarrier::kWarpgroupTurn, warpgroup);
+        barrier_sync(kThreads, ForwardBarrier::kWarpgroupTurn, consumer_warpgroup());
       }
     }
-    __device__ static void pass_turn(int warpgroup) {
+    __device__ static void pass_turn() {
       if constexpr (Config::kPingpong) {
-        barrier_arrive(kThreads, ForwardBarrier::kWarpgroupTurn, (warpgroup + 1) % kWarpgroups);
+        const int next = (consumer_warpgroup() + 1) % kWarpgroups;
+        barrier_arrive(kThreads, ForwardBarrier::kWarpgroupTurn, next);
       }
     }
   };

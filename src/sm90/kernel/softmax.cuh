@@ -28,17 +28,15 @@ using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 // computed as exp2(exponent + kPLog2Offset), in [0, 256] rather than [0, 1]: e4m3 is normal from
 // 2^-6, which then holds P down to 2^-14 of the row's max with its full 3-bit mantissa instead of
 // 2^-6. The row sum carries the same factor, which cancels in O and is taken out of the LSE.
-// kSumsP: the steps also sum P per row; without it, the caller accumulates the sums (16-bit: on the
-// tensor cores, config.hpp) and hands them to finalize.
-template <int kRows, bool kFp8 = false, int kScaleChunks = 1, bool kSumsP = true>
+template <int kRows, bool kFp8 = false, int kScaleChunks = 1>
 struct OnlineSoftmax {
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;
   static constexpr float kPOffsetInverse = kFp8 ? 1.f / 256.f : 1.f;  // 2^-kPLog2Offset
   using ChunkScales = cute::array<float, kScaleChunks>;
 
-  // Per-thread row statistics, the max in true (descaled) score units. row_sum (kSumsP) holds this
-  // thread's partial sum; the quad's partials are combined once at the end (row_sums) since every
-  // step rescales them by the same factor.
+  // Per-thread row statistics, the max in true (descaled) score units. row_sum holds this thread's
+  // partial sum; the quad's partials are combined once at the end since every step rescales them
+  // by the same factor.
   RowVector<kRows> row_max, row_sum;
   float scale_log2;
 
@@ -138,15 +136,13 @@ struct OnlineSoftmax {
           for (int c = 0; c < kChunkColumns; ++c) {
             float& score = s(r, j * kChunkColumns + c);
             score = exp2f(exponent_of(score, r, descale, shifted_max));
-            if constexpr (kSumsP) chain_sum[c % kChains] += score;
+            chain_sum[c % kChains] += score;
           }
         }
-        if constexpr (kSumsP) {
-          float block_sum = chain_sum[0];
-          CUTE_UNROLL
-          for (int k = 1; k < kChains; ++k) block_sum += chain_sum[k];
-          row_sum(r) = row_sum(r) * rescale(r) + block_sum;
-        }
+        float block_sum = chain_sum[0];
+        CUTE_UNROLL
+        for (int k = 1; k < kChains; ++k) block_sum += chain_sum[k];
+        row_sum(r) = row_sum(r) * rescale(r) + block_sum;
       }
     };
     const float c = scale_log2;
@@ -172,9 +168,8 @@ struct OnlineSoftmax {
     return step(scores, unused_rows, unused_chunks);
   }
 
-  // Rescales accumulators by row (the output, and the row sums where the tensor cores keep them).
-  template <class... Accumulators>
-  __device__ __forceinline__ static void rescale_output(RowVector<kRows> const& rescale, Accumulators&... accumulators) {
+  template <class TensorO>
+  __device__ __forceinline__ static void rescale_output(TensorO& output, RowVector<kRows> const& rescale) {
     bool needed = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) needed |= rescale(r) != 1.f;
@@ -183,39 +178,23 @@ struct OnlineSoftmax {
     // at 8k and a fifth on the outlier inputs (bench/softmax_numerics.py); v8 measured no speed
     // change from it. A stale max would skip nearly all, but cost 14% RMSE (performance log v7).
     if (!__any_sync(0xffffffff, needed)) return;
-    (scale_rows(accumulators, rescale), ...);
-  }
-
-  template <class TensorAcc>
-  __device__ __forceinline__ static void scale_rows(TensorAcc& accumulator, RowVector<kRows> const& factor) {
-    Tensor a = make_tensor(accumulator.data(), accumulator_rows_cols(accumulator.layout()));
+    Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(a); ++c) a(r, c) *= factor(r);
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale(r);
     }
   }
 
-  // kSumsP: the whole rows' sums of P, over the quad.
-  __device__ __forceinline__ RowVector<kRows> row_sums() const {
-    static_assert(kSumsP, "the caller keeps the sums");
-    RowVector<kRows> sums;
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) sums(r) = quad_allreduce(row_sum(r), [](float a, float b) { return a + b; });
-    return sums;
-  }
-
-  // Divides the output by the row sums of P (`sums`), times `output_scale` (FP8: V's scale), and
-  // returns, per row, the log-sum-exp (natural log). A row that saw no key stays 0 whatever
-  // output_scale is.
+  // Divides the output by the row sums, times `output_scale` (FP8: V's scale), and returns, per
+  // row, the log-sum-exp (natural log). A row that saw no key stays 0 whatever output_scale is.
   template <class TensorO>
-  __device__ __forceinline__ RowVector<kRows> finalize(TensorO& output, RowVector<kRows> const& sums, float softmax_scale,
-                                                       float output_scale = 1.f) {
+  __device__ __forceinline__ RowVector<kRows> finalize(TensorO& output, float softmax_scale, float output_scale = 1.f) {
     Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
     RowVector<kRows> lse;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float sum = sums(r);
+      const float sum = quad_allreduce(row_sum(r), [](float a, float b) { return a + b; });
       const float inverse = inverse_row_sum(sum);
       const float factor = kFp8 && inverse != 0.f ? inverse * output_scale : inverse;
       lse(r) = row_log_sum_exp(row_max(r), sum * kPOffsetInverse, softmax_scale);

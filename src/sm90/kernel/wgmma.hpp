@@ -29,25 +29,6 @@ __device__ __forceinline__ void warpgroup_gemm(TiledMma& tiled_mma, TA const& a,
   if constexpr (kAInRegisters) warpgroup_fence_operand(const_cast<TA&>(a));
 }
 
-// C += A B and D += A E, two GEMMs on the same register A operand, as one batch of WGMMAs.
-template <bool kWait, class MmaC, class MmaD, class TA, class TB, class TC, class TE, class TD>
-__device__ __forceinline__ void warpgroup_gemm_pair(MmaC& mma_c, TA const& a, TB const& b, TC& c, MmaD& mma_d,
-                                                    TE const& e, TD& d) {
-  warpgroup_fence_operand(const_cast<TA&>(a));
-  warpgroup_fence_operand(c);
-  warpgroup_fence_operand(d);
-  warpgroup_arrive();
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) cute::gemm(mma_c, a(_, _, k), b(_, _, k), c);
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) cute::gemm(mma_d, a(_, _, k), e(_, _, k), d);
-  warpgroup_commit_batch();
-  if constexpr (kWait) warpgroup_wait<0>();
-  warpgroup_fence_operand(c);
-  warpgroup_fence_operand(d);
-  warpgroup_fence_operand(const_cast<TA&>(a));
-}
-
 // An SM90 accumulator fragment is ((2 columns, 2 rows, N/8 column groups), MMA_M, MMA_N): each thread
 // holds two adjacent columns in rows r and r + 8 of every 8-column group. This view indexes the same
 // registers as (rows, columns) so that row reductions read naturally.
