@@ -112,12 +112,14 @@ def forward_fp8(q, q_scales, k, k_scales, v, v_scales, *, causal=False, scale=No
 def forward_fp8_varlen(q, q_scales, k, k_scales, v, v_scales, cu_seqlens_q, cu_seqlens_k,
                        max_seqlen_q, max_seqlen_k, *, causal=False, scale=None,
                        out_dtype="bfloat16", return_lse=False, q_scaling=None, k_scaling=None,
-                       v_scaling=None, q_block_rows=128, k_block_rows=128, v_block_rows=128):
+                       v_scaling=None, q_block_rows=128, k_block_rows=128, v_block_rows=128,
+                       seqused_k=None):
     """forward_fp8 on a batch of sequences of different lengths, packed as in
     hopattn.attention_varlen: q (total_q, heads_q, head_dim) and k, v (total_k, heads_kv, head_dim)
-    e4m3 codes, cu_seqlens_q / cu_seqlens_k / max_seqlen_q / max_seqlen_k as there. The scales are
-    those of the packed tensors, as quantize_fp8 returns them for q[None] (a batch of one): ()
-    tensor, (1, heads) head, (1, heads, blocks) block, a block counting rows of the packed tensor.
+    e4m3 codes, cu_seqlens_q / cu_seqlens_k / max_seqlen_q / max_seqlen_k / seqused_k as there.
+    The scales are those of the packed tensors, as quantize_fp8 returns them for q[None] (a batch
+    of one): () tensor, (1, heads) head, (1, heads, blocks) block, a block counting rows of the
+    packed tensor.
 
     NumPy arrays, CPU tensors and CUDA tensors, with forward_fp8's scale rules. Other arguments
     as forward_fp8.
@@ -126,7 +128,8 @@ def forward_fp8_varlen(q, q_scales, k, k_scales, v, v_scales, cu_seqlens_q, cu_s
     max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = as_int("max_seqlen_k", max_seqlen_k)
     result = _forward_on_codes(q, q_scales, k, k_scales, v, v_scales, (PACKED_Q, PACKED_K),
-                               (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), causal,
+                               (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k),
+                               causal,
                                scale, out_dtype, return_lse, (q_scaling, k_scaling, v_scaling),
                                (q_block_rows, k_block_rows, v_block_rows))
     return tuple(x[0] for x in result) if return_lse else result[0]
@@ -152,8 +155,7 @@ def _forward_on_codes(q, q_scales, k, k_scales, v, v_scales, layouts, varlen, ca
                      for n, (array, _), t, scaling, rows in zip(
                          ("q_scales", "k_scales", "v_scales"), scales, (tq, tk, tv), scalings,
                          block_rows)]
-    metadata, c_varlen = (None, None) if varlen is None else describe_varlen(
-        fe, varlen[0], varlen[1], None, varlen[2], varlen[3])
+    metadata, c_varlen = (None, None) if varlen is None else describe_varlen(fe, *varlen)
     result = _forward(fe, (tq, tk, tv), scales, scale_layouts, causal, softmax_scale, out,
                       return_lse, "out_dtype", c_varlen)
     del metadata  # alive until here: the library read it
@@ -210,18 +212,20 @@ def attention_fp8(q, k, v, causal=False, scale=None, quantization="block", hadam
 
 def attention_fp8_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          causal=False, scale=None, quantization="block", hadamard=True, seed=0,
-                         return_lse=False):
+                         return_lse=False, seqused_k=None):
     """attention_fp8 on a batch of sequences of different lengths, packed as in
     hopattn.attention_varlen: q (total_q, heads_q, head_dim), k and v (total_k, heads_kv,
     head_dim), bfloat16 or float16, with cu_seqlens_q / cu_seqlens_k / max_seqlen_q / max_seqlen_k
-    as there. Each packed tensor is quantised as one (batch of one) sequence: quantization="block"
-    scales blocks of 128 packed rows, which may span two sequences. Returns o (total_q, heads_q, head_dim, q's dtype), or (o, lse)
-    with lse (heads_q, total_q).
+    / seqused_k as there. Each packed tensor is quantised as one (batch of one) sequence:
+    quantization="block" scales blocks of 128 packed rows, which may span two sequences (and the
+    unused keys past seqused_k count towards their blocks' scales). Returns o (total_q, heads_q,
+    head_dim, q's dtype), or (o, lse) with lse (heads_q, total_q).
     """
     max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = as_int("max_seqlen_k", max_seqlen_k)
-    result = _attention_fp8(q, k, v, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k),
-                            causal, scale, quantization, hadamard, seed, return_lse)
+    varlen = (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+    result = _attention_fp8(q, k, v, varlen, causal, scale, quantization, hadamard, seed,
+                            return_lse)
     return tuple(x[0] for x in result) if return_lse else result[0]
 
 
@@ -267,8 +271,7 @@ def _attention_fp8(q, k, v, varlen, causal, scale, quantization, hadamard, seed,
         tensors.append(fe.codes(name, codes, FIXED)[1])
         scales.append((x_scales, fe.address(x_scales)))
         layouts.append((SCALINGS[scaling], block_rows))
-    metadata, c_varlen = (None, None) if varlen is None else describe_varlen(
-        fe, varlen[0], varlen[1], None, varlen[2], varlen[3])
+    metadata, c_varlen = (None, None) if varlen is None else describe_varlen(fe, *varlen)
     # `quantized` keeps the codes alive through the call, `metadata` the prefix sums.
     result = _forward(fe, tensors, scales, layouts, causal, softmax_scale, dtypes["q"], return_lse,
                       "q", c_varlen)

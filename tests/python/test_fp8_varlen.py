@@ -1,7 +1,7 @@
 """hopattn.forward_fp8_varlen and hopattn.attention_fp8_varlen on NumPy arrays and CPU tensors (the
 CPU backend): the output against float64 variable-length attention of the dequantised packed
-inputs, attention_fp8_varlen the same call as quantize_fp8 of the packed tensors then
-forward_fp8_varlen, and the argument checks in Python's names."""
+inputs (with and without seqused_k), attention_fp8_varlen the same call as quantize_fp8 of the
+packed tensors then forward_fp8_varlen, and the argument checks in Python's names."""
 
 import numpy as np
 import pytest
@@ -38,6 +38,27 @@ def test_forward_fp8_varlen_is_varlen_attention_of_the_dequantised_inputs(decode
         CU_Q, CU_K, causal)
     np.testing.assert_allclose(o.astype(np.float64), ref_o, rtol=0, atol=1e-2)
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)
+
+
+def test_forward_fp8_varlen_seqused_k_limits_each_sequences_keys(decode):
+    q, k, v = packed_inputs(15)
+    seqused = np.array([3, 0, 130, 61, 2], np.int32)  # of key lengths 5, 64, 130, 61, 29
+    (qc, qs), (kc, ks) = (hopattn.quantize_fp8(x[None], seed=4) for x in (q, k))
+    vc, vs = hopattn.quantize_fp8(v[None], scaling="head", hadamard=False)
+    for causal in (False, True):
+        o, lse = hopattn.forward_fp8_varlen(qc[0], qs, kc[0], ks, vc[0], vs, CU_Q, CU_K, MAX_Q,
+                                            MAX_K, causal=causal, return_lse=True,
+                                            seqused_k=seqused)
+        ref_o, ref_lse = attention_varlen_reference(
+            dequantise(decode, qc, qs)[0], dequantise(decode, kc, ks)[0],
+            dequantise(decode, vc, vs)[0], CU_Q, CU_K, causal, seqused_k=seqused)
+        np.testing.assert_allclose(o.astype(np.float64), ref_o, rtol=0, atol=1e-2)
+        np.testing.assert_allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)
+    # attention_fp8_varlen passes it through: the sequence with no used key gets O = 0.
+    o = hopattn.attention_fp8_varlen(q.astype(np.float16), k.astype(np.float16),
+                                     v.astype(np.float16), CU_Q, CU_K, MAX_Q, MAX_K,
+                                     seqused_k=seqused)
+    assert not o[CU_Q[1]:CU_Q[2]].any() and o[CU_Q[2]:CU_Q[3]].any()
 
 
 def test_attention_fp8_varlen_quantises_the_packed_tensors(decode):
@@ -81,6 +102,12 @@ def test_varlen_fp8_arguments_in_python_names():
     vc, vs = hopattn.quantize_fp8(v[None], scaling="head", hadamard=False)
     with pytest.raises(hopattn.InvalidArgumentError, match=r"q_scales: shape"):
         hopattn.forward_fp8_varlen(qc[0], qs[0], kc[0], ks, vc[0], vs, CU_Q, CU_K, MAX_Q, MAX_K)
+    with pytest.raises(hopattn.InvalidArgumentError, match=r"seqused_k: 4 entries"):
+        hopattn.attention_fp8_varlen(q, k, v, CU_Q, CU_K, MAX_Q, MAX_K,
+                                     seqused_k=np.zeros(4, np.int32))
+    with pytest.raises(hopattn.InvalidArgumentError, match=r"seqused_k"):
+        hopattn.forward_fp8_varlen(qc[0], qs, kc[0], ks, vc[0], vs, CU_Q, CU_K, MAX_Q, MAX_K,
+                                   seqused_k=np.full(5, -1, np.int32))
     with pytest.raises(hopattn.InvalidTypeError, match=r"attention_fp8_varlen"):
         hopattn.attention_fp8_varlen(q.astype(np.float32), k.astype(np.float32),
                                      v.astype(np.float32), CU_Q, CU_K, MAX_Q, MAX_K)
