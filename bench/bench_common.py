@@ -5,6 +5,7 @@ FlashAttention-3 is a peer built from source outside this repository (hopper/ of
 Dao-AILab/flash-attention); the caller puts its directory on PYTHONPATH or names it in
 HOPATTN_FA3_PATH. When it cannot be imported the report says why and carries no FA3 figure.
 """
+import argparse
 import importlib
 import os
 import platform
@@ -83,11 +84,19 @@ def report_header(torch, hopattn, commit, timing):
         hopattn_build=hopattn.build_info(), timing=timing)
 
 
+def positive_int(text):
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
 def add_run_arguments(parser, rep_ms):
     """The arguments every benchmark takes: time per case, the commit to record, FA3's location."""
     parser.add_argument("--rep-ms", type=float, default=rep_ms,
                         help="do_bench time per case and implementation, over all rounds")
-    parser.add_argument("--rounds", type=int, default=5,
+    parser.add_argument("--rounds", type=positive_int, default=5,
                         help="rounds per case, each timing every implementation once (interleaved_ms)")
     parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
     parser.add_argument("--fa3-path", help=f"FA3's hopper/ directory (default: ${FA3_PATH_ENV})")

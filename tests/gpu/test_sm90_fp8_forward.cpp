@@ -341,109 +341,124 @@ TEST_F(Sm90Fp8Test, NonFiniteAndZeroScalesMakeNaNInTheRowsThatSeeThem) {
   }
 }
 
-// hopattn_forward_fp8_varlen: five packed sequences (one without queries, one without keys, one of
-// a single query), GQA, both masks, every head_dim; against the CPU backend on the same codes and
-// scales (its float32 P against the kernel's e4m3 P: the matrix's tolerance). K scales per head
-// and per block; Q per block of 128 packed rows, straddling sequences.
+// hopattn_forward_fp8_varlen: packed sequences (one without queries, one without keys, single
+// queries and keys), GQA, both masks, every head_dim; against the CPU backend on the same codes and
+// scales (its float32 P against the kernel's e4m3 P: the matrix's tolerance; every row's LSE within
+// 4e-3, which a chunk descaled by another K block would likely exceed). K scales per head and per
+// block; Q per block of 128 packed rows, straddling sequences.
 TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
-  const std::vector<int32_t> cu_q = {0, 0, 300, 301, 557, 999}, cu_k = {0, 129, 400, 400, 700, 1033};
-  const int64_t total_q = cu_q.back(), total_k = cu_k.back(), heads_kv = 2, heads_q = 4;
-  int32_t* cu_device = nullptr;
-  ASSERT_CUDA(cudaMalloc(reinterpret_cast<void**>(&cu_device), 2 * cu_q.size() * sizeof(int32_t)));
-  ASSERT_CUDA(cudaMemcpy(cu_device, cu_q.data(), cu_q.size() * 4, cudaMemcpyHostToDevice));
-  ASSERT_CUDA(cudaMemcpy(cu_device + cu_q.size(), cu_k.data(), cu_k.size() * 4, cudaMemcpyHostToDevice));
+  // Two packings. The first's sequences start off the kernel's K scale chunks (keys at 129, 400,
+  // 700), so their key blocks start before them (mask.cuh's key_shift); the second's start one key
+  // short of a chunk (127, 255) or on one (128), one sequence holds a single key, and K's scale
+  // blocks are 256 rows.
+  struct Packing {
+    std::vector<int32_t> cu_q, cu_k;
+    int64_t max_q, max_k, k_block_rows;
+  };
+  const Packing packings[] = {{{0, 0, 300, 301, 557, 999}, {0, 129, 400, 400, 700, 1033}, 442, 333, 128},
+                              {{0, 50, 51, 300, 420}, {0, 127, 128, 255, 700}, 249, 445, 256}};
+  const int64_t heads_kv = 2, heads_q = 4;
   std::mt19937 rng(std::random_device{}());
-  const Scaling block{HOPATTN_FP8_SCALE_BLOCK, 128}, head{HOPATTN_FP8_SCALE_HEAD, 0};
-  // K scales per head, and per block of packed rows: the sequences start off the kernel's K scale
-  // chunks (129, 400, 700), so their key blocks start before them (mask.cuh's key_shift).
-  for (const int64_t head_dim : {64, 128, 256}) {
-    for (const bool causal : {false, true}) {
-      for (const Scaling& k_scaling : {head, block}) {
-        const bool k_blocks = k_scaling.mode == HOPATTN_FP8_SCALE_BLOCK;
-        SCOPED_TRACE("head_dim " + std::to_string(head_dim) + (causal ? " causal" : " full") +
-                     (k_blocks ? ", K block scales" : ", K head scales"));
-        const uint64_t seed = rng();
-        QuantisedTensor q(1, total_q, heads_q, head_dim, 0, block, true, seed, rng);
-        QuantisedTensor k(1, total_k, heads_kv, head_dim, 0, k_scaling, true, seed, rng);
-        QuantisedTensor v(1, total_k, heads_kv, head_dim, 0, head, false, 0, rng);
-        ASSERT_TRUE(q.ok() && k.ok() && v.ok()) << q.error << k.error << v.error;
-        hopattn_varlen varlen = hopattn_default_varlen();
-        varlen.batch = int64_t(cu_q.size()) - 1;
-        varlen.max_seqlen_q = 442;
-        varlen.max_seqlen_k = 333;
-        hopattn_forward_options options = hopattn_default_forward_options();
-        options.causal = causal;
+  const Scaling head{HOPATTN_FP8_SCALE_HEAD, 0};
+  for (const Packing& packing : packings) {
+    const std::vector<int32_t>& cu_q = packing.cu_q;
+    const std::vector<int32_t>& cu_k = packing.cu_k;
+    const int64_t total_q = cu_q.back(), total_k = cu_k.back();
+    const Scaling block{HOPATTN_FP8_SCALE_BLOCK, 128}, k_block{HOPATTN_FP8_SCALE_BLOCK, packing.k_block_rows};
+    int32_t* cu_device = nullptr;
+    ASSERT_CUDA(cudaMalloc(reinterpret_cast<void**>(&cu_device), 2 * cu_q.size() * sizeof(int32_t)));
+    ASSERT_CUDA(cudaMemcpy(cu_device, cu_q.data(), cu_q.size() * 4, cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(cu_device + cu_q.size(), cu_k.data(), cu_k.size() * 4, cudaMemcpyHostToDevice));
+    for (const int64_t head_dim : {64, 128, 256}) {
+      for (const bool causal : {false, true}) {
+        for (const Scaling& k_scaling : {head, k_block}) {
+          const bool k_blocks = k_scaling.mode == HOPATTN_FP8_SCALE_BLOCK;
+          SCOPED_TRACE(std::to_string(cu_q.size() - 1) + " sequences, head_dim " + std::to_string(head_dim) +
+                       (causal ? " causal" : " full") + (k_blocks ? ", K block scales" : ", K head scales"));
+          const uint64_t seed = rng();
+          QuantisedTensor q(1, total_q, heads_q, head_dim, 0, block, true, seed, rng);
+          QuantisedTensor k(1, total_k, heads_kv, head_dim, 0, k_scaling, true, seed, rng);
+          QuantisedTensor v(1, total_k, heads_kv, head_dim, 0, head, false, 0, rng);
+          ASSERT_TRUE(q.ok() && k.ok() && v.ok()) << q.error << k.error << v.error;
+          hopattn_varlen varlen = hopattn_default_varlen();
+          varlen.batch = int64_t(cu_q.size()) - 1;
+          varlen.max_seqlen_q = packing.max_q;
+          varlen.max_seqlen_k = packing.max_k;
+          hopattn_forward_options options = hopattn_default_forward_options();
+          options.causal = causal;
 
-        // The CPU backend on host copies of the same codes and scales.
-        const auto host = [](const QuantisedTensor& x, hopattn_tensor& t, hopattn_fp8_scales& s) {
-          t = x.desc;
-          t.data = const_cast<uint8_t*>(x.codes.data());
-          s = x.scales;
-          s.data = x.host_scales.data();
-        };
-        hopattn_tensor hq, hk, hv;
-        hopattn_fp8_scales sq, sk, sv;
-        host(q, hq, sq);
-        host(k, hk, sk);
-        host(v, hv, sv);
-        std::vector<uint16_t> cpu_out(size_t(total_q * heads_q * head_dim));
-        std::vector<float> cpu_lse(size_t(heads_q * total_q));
-        hopattn_tensor cpu_o{cpu_out.data(), HOPATTN_DTYPE_BFLOAT16, 1, total_q, heads_q, head_dim,
-                             total_q * heads_q * head_dim, heads_q * head_dim, head_dim};
-        varlen.cu_seqlens_q = cu_q.data();
-        varlen.cu_seqlens_k = cu_k.data();
-        options.backend = HOPATTN_BACKEND_CPU;
-        ASSERT_EQ(hopattn_forward_fp8_varlen(&hq, &sq, &hk, &sk, &hv, &sv, &cpu_o, cpu_lse.data(), &varlen, &options),
-                  HOPATTN_OK)
-            << hopattn_last_error();
+          // The CPU backend on host copies of the same codes and scales.
+          const auto host = [](const QuantisedTensor& x, hopattn_tensor& t, hopattn_fp8_scales& s) {
+            t = x.desc;
+            t.data = const_cast<uint8_t*>(x.codes.data());
+            s = x.scales;
+            s.data = x.host_scales.data();
+          };
+          hopattn_tensor hq, hk, hv;
+          hopattn_fp8_scales sq, sk, sv;
+          host(q, hq, sq);
+          host(k, hk, sk);
+          host(v, hv, sv);
+          std::vector<uint16_t> cpu_out(size_t(total_q * heads_q * head_dim));
+          std::vector<float> cpu_lse(size_t(heads_q * total_q));
+          hopattn_tensor cpu_o{cpu_out.data(), HOPATTN_DTYPE_BFLOAT16, 1, total_q, heads_q, head_dim,
+                               total_q * heads_q * head_dim, heads_q * head_dim, head_dim};
+          varlen.cu_seqlens_q = cu_q.data();
+          varlen.cu_seqlens_k = cu_k.data();
+          options.backend = HOPATTN_BACKEND_CPU;
+          ASSERT_EQ(hopattn_forward_fp8_varlen(&hq, &sq, &hk, &sk, &hv, &sv, &cpu_o, cpu_lse.data(), &varlen, &options),
+                    HOPATTN_OK)
+              << hopattn_last_error();
 
-        void* o_device = nullptr;
-        float* lse_device = nullptr;
-        ASSERT_CUDA(cudaMalloc(&o_device, cpu_out.size() * 2));
-        ASSERT_CUDA(cudaMalloc(reinterpret_cast<void**>(&lse_device), cpu_lse.size() * 4));
-        ASSERT_CUDA(cudaMemset(o_device, 0xff, cpu_out.size() * 2));  // NaN
-        ASSERT_CUDA(cudaMemset(lse_device, 0xff, cpu_lse.size() * 4));
-        hopattn_tensor o = cpu_o;
-        o.data = o_device;
-        varlen.cu_seqlens_q = cu_device;
-        varlen.cu_seqlens_k = cu_device + cu_q.size();
-        options.backend = HOPATTN_BACKEND_SM90;
-        ASSERT_EQ(hopattn_forward_fp8_varlen(&q.desc, &q.scales, &k.desc, &k.scales, &v.desc, &v.scales, &o, lse_device,
-                                             &varlen, &options),
-                  HOPATTN_OK)
-            << hopattn_last_error();
-        ASSERT_CUDA(cudaDeviceSynchronize());
-        std::vector<uint16_t> out(cpu_out.size());
-        std::vector<float> lse(cpu_lse.size());
-        ASSERT_CUDA(cudaMemcpy(out.data(), o_device, out.size() * 2, cudaMemcpyDeviceToHost));
-        ASSERT_CUDA(cudaMemcpy(lse.data(), lse_device, lse.size() * 4, cudaMemcpyDeviceToHost));
-        cudaFree(o_device);
-        cudaFree(lse_device);
+          void* o_device = nullptr;
+          float* lse_device = nullptr;
+          ASSERT_CUDA(cudaMalloc(&o_device, cpu_out.size() * 2));
+          ASSERT_CUDA(cudaMalloc(reinterpret_cast<void**>(&lse_device), cpu_lse.size() * 4));
+          ASSERT_CUDA(cudaMemset(o_device, 0xff, cpu_out.size() * 2));  // NaN
+          ASSERT_CUDA(cudaMemset(lse_device, 0xff, cpu_lse.size() * 4));
+          hopattn_tensor o = cpu_o;
+          o.data = o_device;
+          varlen.cu_seqlens_q = cu_device;
+          varlen.cu_seqlens_k = cu_device + cu_q.size();
+          options.backend = HOPATTN_BACKEND_SM90;
+          ASSERT_EQ(hopattn_forward_fp8_varlen(&q.desc, &q.scales, &k.desc, &k.scales, &v.desc, &v.scales, &o, lse_device,
+                                               &varlen, &options),
+                    HOPATTN_OK)
+              << hopattn_last_error();
+          ASSERT_CUDA(cudaDeviceSynchronize());
+          std::vector<uint16_t> out(cpu_out.size());
+          std::vector<float> lse(cpu_lse.size());
+          ASSERT_CUDA(cudaMemcpy(out.data(), o_device, out.size() * 2, cudaMemcpyDeviceToHost));
+          ASSERT_CUDA(cudaMemcpy(lse.data(), lse_device, lse.size() * 4, cudaMemcpyDeviceToHost));
+          cudaFree(o_device);
+          cudaFree(lse_device);
 
-        double err2 = 0, ref2 = 0, lse_error = 0;
-        for (size_t i = 0; i < out.size(); ++i) {
-          const double got = to_float(HOPATTN_DTYPE_BFLOAT16, out[i]), want = to_float(HOPATTN_DTYPE_BFLOAT16, cpu_out[i]);
-          ASSERT_TRUE(std::isfinite(got)) << "O[" << i << "] = " << got << " (unwritten or NaN)";
-          err2 += (got - want) * (got - want);
-          ref2 += want * want;
-        }
-        for (size_t i = 0; i < lse.size(); ++i) {
-          if (std::isinf(cpu_lse[i])) {
-            ASSERT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "LSE[" << i << "] = " << lse[i] << ", expected -inf";
-            continue;
+          double err2 = 0, ref2 = 0, lse_error = 0;
+          for (size_t i = 0; i < out.size(); ++i) {
+            const double got = to_float(HOPATTN_DTYPE_BFLOAT16, out[i]), want = to_float(HOPATTN_DTYPE_BFLOAT16, cpu_out[i]);
+            ASSERT_TRUE(std::isfinite(got)) << "O[" << i << "] = " << got << " (unwritten or NaN)";
+            err2 += (got - want) * (got - want);
+            ref2 += want * want;
           }
-          ASSERT_TRUE(std::isfinite(lse[i])) << "LSE[" << i << "] = " << lse[i];
-          lse_error = std::max(lse_error, double(std::abs(lse[i] - cpu_lse[i])));
+          for (size_t i = 0; i < lse.size(); ++i) {
+            if (std::isinf(cpu_lse[i])) {
+              ASSERT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "LSE[" << i << "] = " << lse[i] << ", expected -inf";
+              continue;
+            }
+            ASSERT_TRUE(std::isfinite(lse[i])) << "LSE[" << i << "] = " << lse[i];
+            lse_error = std::max(lse_error, double(std::abs(lse[i] - cpu_lse[i])));
+          }
+          const double rel = std::sqrt(err2 / ref2);
+          EXPECT_LT(rel, 0.06);
+          EXPECT_LT(lse_error, 4e-3);
+          std::printf("[ sm90 fp8 varlen ] %lld seqs d%-4lld %-7s K %-9s rel %.3e  lse max err %.3e\n",
+                      (long long)(cu_q.size() - 1), (long long)head_dim, causal ? "causal" : "full",
+                      k_blocks ? ("block" + std::to_string(k_scaling.block_rows)).c_str() : "head", rel, lse_error);
         }
-        const double rel = std::sqrt(err2 / ref2);
-        EXPECT_LT(rel, 0.06);
-        EXPECT_LT(lse_error, 4e-3);
-        std::printf("[ sm90 fp8 varlen ] d%-4lld %-7s K %-5s rel %.3e  lse max err %.3e\n", (long long)head_dim,
-                    causal ? "causal" : "full", k_blocks ? "block" : "head", rel, lse_error);
       }
     }
+    cudaFree(cu_device);
   }
-  cudaFree(cu_device);
 }
 
 }  // namespace
