@@ -11,9 +11,8 @@
 //
 // Equal tiles (fixed lengths, no mask) are dealt out statically: CTA c takes tiles c, c + grid, ...
 // Tiles of unequal length (causal, and variable-length batches) are taken dynamically from a global
-// counter in the workspace, so a CTA
-// that drew short tiles takes more of them; the producer warp draws the next tile and hands it to
-// the consumer warpgroups through shared memory.
+// counter in the workspace, so a CTA that drew short tiles takes more of them; the producer warp
+// draws the next tile and hands it to the consumer warpgroups through shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
