@@ -6,9 +6,10 @@ The FlashAttention-3 paper's sweep: 16k tokens per batch (batch = 16384 / seqlen
 point (batch 4, seqlen 8448, 16 heads, head_dim 128). BF16, random N(0,1) inputs in
 (batch, seqlen, heads, head_dim) layout, the median over rounds of triton.testing.do_bench medians
 (which flushes L2 before every run), each round timing every implementation once, in an order
-rotated per case (recorded in each row), so that clock drift under sustained load favours none. Each row has hopattn's TFLOP/s over
-the best of FA3 and cuDNN, and over the best of all peers. Host overhead: wall-clock microseconds
-per call of a tiny problem (b=1, s=128, h=1, d=128), calls back to back with one sync at the end.
+rotated per case (recorded in each row), so that clock drift under sustained load favours none.
+Each row has hopattn's TFLOP/s over the best of FA3 and cuDNN, and over the best of all peers.
+Host overhead: wall-clock microseconds per call of a tiny problem (b=1, s=128, h=1, d=128), calls
+back to back with one sync at the end.
 Accuracy: RMSE and relative error against float64 on one mid-size problem with 0.1% of the entries
 scaled x10, for every implementation on the same inputs.
 
@@ -169,7 +170,8 @@ def main():
         cases.append((ABLATION["batch"], ABLATION["seqlen"], ABLATION["heads"], ABLATION["head_dim"], False))
     # Before any call: the base build is the loaded one (variants switch it).
     header = report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
-                          "triton.testing.do_bench medians, L2 flushed; implementation order rotated per case")
+                          "triton.testing.do_bench medians, L2 flushed; implementation order "
+                          "rotated per case")
     rows = []
     for i, case in enumerate(cases):
         rows.append(time_case(impls, rotated(impls, i), *case, args.rep_ms, args.rounds))

@@ -265,7 +265,8 @@ def main():
                    seqlen_ge_1k=spread([r.get("hopattn_over_best_fp8_peer") for r in rows if r["seqlen"] >= 1024]),
                    e2e_over_bf16=spread([r.get("e2e_over_bf16") for r in rows]))
     report = dict(**report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
-                                  "triton.testing.do_bench medians, L2 flushed; implementation order rotated per case"),
+                                  "triton.testing.do_bench medians, L2 flushed; implementation "
+                                  "order rotated per case"),
                   fa3=fa3_info, cudnn_fp8=cudnn_info, summary=summary, cases=rows, accuracy=errors)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))

@@ -231,7 +231,8 @@ def main():
     impls, variants = with_variants(implementations(fa3), args.variant, LABELS, name="hopattn_varlen")
     # Before any call: the base build is the loaded one (variants switch it).
     header = report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
-                          "triton.testing.do_bench medians, L2 flushed; implementation order rotated per case")
+                          "triton.testing.do_bench medians, L2 flushed; implementation order "
+                          "rotated per case")
     cases = [(total, causal) for total in args.totals for causal in (False, True)]
     rows = []
     for i, (total, causal) in enumerate(cases):
