@@ -131,29 +131,35 @@ def interleaved_ms(calls, order, rep_ms, rounds):
     return {name: t if isinstance(t, Exception) else statistics.median(t) for name, t in times.items()}
 
 
+_loaded_build = [None]  # the library hopattn calls load now, once on_build has switched it
+
+
+def on_build(path, fn):
+    """fn, run with libhopattn.so at `path` as the loaded build. The package loads one library
+    per process (hopattn._lib.library, cached); the switch costs nothing unless the build changes,
+    and do_bench's warm-up calls absorb it."""
+    from hopattn import _lib
+
+    def run(*args):
+        if _loaded_build[0] != path:
+            os.environ["HOPATTN_LIBRARY"] = path
+            _lib.library.cache_clear()
+            _loaded_build[0] = path
+        return fn(*args)
+    return run
+
+
 def with_variants(impls, variants, labels, name="hopattn"):
     """(`impls` plus one copy of impls[name] per --variant, "name@VARIANT", each running on its own
-    build of the library; the names of those copies, which `labels` now labels by name). The
-    package loads one library per process (hopattn._lib.library, cached); each call here makes its
-    build the loaded one first, which costs nothing unless the build changes, and do_bench's
-    warm-up calls absorb that."""
+    build of the library (on_build); the names of those copies, which `labels` now labels by name).
+    Call it before any hopattn call: the loaded build then is the base one."""
     if not variants:
         return impls, []
     from hopattn import _lib
     base = str(_lib.find_library())
-    loaded = [base]
-
-    def on(path, fn):
-        def run(*args):
-            if loaded[0] != path:
-                os.environ["HOPATTN_LIBRARY"] = path
-                _lib.library.cache_clear()
-                loaded[0] = path
-            return fn(*args)
-        return run
-
+    _loaded_build[0] = base
     # Every implementation that calls hopattn runs on the base build unless it is a variant.
-    result = {key: on(base, fn) if key.startswith("hopattn") else fn for key, fn in impls.items()}
+    result = {key: on_build(base, fn) if key.startswith("hopattn") else fn for key, fn in impls.items()}
     for variant in variants:
         label, _, path = variant.partition("=")
         if not label or not Path(path).is_file():
@@ -161,7 +167,7 @@ def with_variants(impls, variants, labels, name="hopattn"):
         if Path(path).samefile(base):
             raise SystemExit(f"--variant {variant!r} is the loaded library itself ({base}); set "
                              "HOPATTN_LIBRARY to the tree's own build")
-        result[f"{name}@{label}"] = on(str(Path(path).resolve()), impls[name])
+        result[f"{name}@{label}"] = on_build(str(Path(path).resolve()), impls[name])
     added = [key for key in result if key not in impls]
     labels.update({key: key for key in added})
     return result, added

@@ -31,8 +31,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
-from bench_common import (add_run_arguments, add_sweep_arguments, first_output, interleaved_ms,  # noqa: E402
-                          load_fa3, plot_sweep, report_header, rotated, spread)
+from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument,  # noqa: E402
+                          first_output, interleaved_ms, load_fa3, on_build, plot_sweep, report_header,
+                          rotated, spread, with_variants)
+from hopattn import _lib as hopattn_library  # noqa: E402
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -127,20 +129,35 @@ def load_cudnn():
         return None, dict(available=False, reason=f"{type(error).__name__}: {error}"[:300])
 
 
-def time_case(fa3, cudnn, index, batch, seqlen, heads, head_dim, causal, rep_ms, rounds):
+def implementations():
+    """hopattn's timed calls, name -> fn(q, k, v, quantised (q, k, v)'s (codes, scales), causal).
+    Every name starts with "hopattn", so that with_variants runs each on its build; the row calls
+    hopattn_quantize "quantize"."""
+    return dict(
+        hopattn_fp8=lambda q, k, v, quantised, causal: hopattn_fp8_call(*quantised, causal),
+        hopattn_e2e=lambda q, k, v, quantised, causal: hopattn.attention_fp8(q, k, v, causal=causal),
+        hopattn_quantize=lambda q, k, v, quantised, causal: quantise_qkv(q, k, v, "block", True),
+        hopattn_bf16=lambda q, k, v, quantised, causal: hopattn.attention(q, k, v, causal=causal))
+
+
+ROW_NAMES = dict(hopattn_quantize="quantize")
+
+
+def time_case(fa3, cudnn, impls, index, batch, seqlen, heads, head_dim, causal, rep_ms, rounds):
     gen = torch.Generator(device="cuda").manual_seed(seqlen * 7 + head_dim + int(causal))
     q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
                for _ in range(3))
     flops = forward_flops(batch, heads, seqlen, head_dim, causal)
     calls = {}
     try:
-        qq, kq, vq = quantise_qkv(q, k, v, "block", True)
-        calls["hopattn_fp8"] = lambda: hopattn_fp8_call(qq, kq, vq, causal)
-        calls["hopattn_e2e"] = lambda: hopattn.attention_fp8(q, k, v, causal=causal)
-        calls["quantize"] = lambda: quantise_qkv(q, k, v, "block", True)
-    except Exception as error:
-        calls["hopattn_fp8"] = error
-    calls["hopattn_bf16"] = lambda: hopattn.attention(q, k, v, causal=causal)
+        quantised = impls["hopattn_quantize"](q, k, v, None, causal)
+    except Exception as error:  # every call but the BF16 kernel's needs it
+        quantised = error
+    for name, fn in impls.items():
+        if isinstance(quantised, Exception) and name != "hopattn_bf16":
+            calls[ROW_NAMES.get(name, name)] = quantised
+        else:
+            calls[ROW_NAMES.get(name, name)] = lambda fn=fn: fn(q, k, v, quantised, causal)
     q8, k8, v8 = (x.to(E4M3) for x in (q, k, v))  # N(0, 1) fits e4m3: descale 1
     if fa3 is not None:
         ones = torch.ones(batch, heads, device="cuda", dtype=torch.float32)
@@ -248,7 +265,10 @@ def main():
     parser.add_argument("--plot", type=Path)
     add_sweep_arguments(parser, HEAD_DIMS, SEQLENS)
     add_run_arguments(parser, rep_ms=100.0)
+    add_variant_argument(parser)
     args = parser.parse_args()
+    base_build = str(hopattn_library.find_library())  # before any call: the loaded build
+    impls, variants = with_variants(implementations(), args.variant, LABELS, name="hopattn_fp8")
 
     fa3, fa3_info = load_fa3(args.fa3_path)
     cudnn, cudnn_info = load_cudnn()
@@ -258,9 +278,10 @@ def main():
     cases = [(16384 // s, s, 2048 // d, d, c) for d in args.head_dims for s in args.seqlens for c in (False, True)]
     rows = []
     for i, case in enumerate(cases):
-        rows.append(time_case(fa3, cudnn, i, *case, args.rep_ms, args.rounds))
+        rows.append(time_case(fa3, cudnn, impls, i, *case, args.rep_ms, args.rounds))
         print(f"[{i + 1}/{len(cases)}] {case}", file=sys.stderr, flush=True)
-    errors = [accuracy(fa3, cudnn, distribution) for distribution in ("outliers", "channels")]
+    errors = [on_build(base_build, accuracy)(fa3, cudnn, distribution)
+              for distribution in ("outliers", "channels")]
     summary = dict(hopattn_over_best_fp8_peer=spread([r.get("hopattn_over_best_fp8_peer") for r in rows]),
                    seqlen_ge_1k=spread([r.get("hopattn_over_best_fp8_peer") for r in rows if r["seqlen"] >= 1024]),
                    e2e_over_bf16=spread([r.get("e2e_over_bf16") for r in rows]))
@@ -286,6 +307,11 @@ def main():
         quant = f"{r['quantize']['ms']:8.3f}" if "ms" in r.get("quantize", {}) else "       -"
         print(f"{r['head_dim']:>4} {r['seqlen']:>6} {str(r['causal']):>6} | {tf(r, 'hopattn_fp8')} {tf(r, 'fa3_fp8')}"
               f" {tf(r, 'cudnn_fp8')} | {ratio} | {tf(r, 'hopattn_bf16')} {tf(r, 'hopattn_e2e')} {quant}")
+    for name in variants:
+        print(f"{name} / hopattn_fp8: " + ", ".join(
+            f"d{r['head_dim']} {r['seqlen']}{' c' if r['causal'] else ''} "
+            f"{r[name]['tflops'] / r['hopattn_fp8']['tflops']:.3f}"
+            for r in rows if "tflops" in r.get(name, {}) and "tflops" in r.get("hopattn_fp8", {})))
     for key, s in summary.items():
         if s:
             print(f"{key} over {s['n']} cases: min {s['min']:.3f}  median {s['median']:.3f}  max {s['max']:.3f}")

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # On the GPU machine, one call: the tree and experiments built side by side, then timed in one run
 # with FlashAttention-3 and the SDPA peers (bench_forward.py --variant; bench_varlen.py too with
-# --varlen). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
+# --varlen; with --fp8, bench_fp8.py --variant instead, beside FA3's FP8 and cuDNN's FP8 when its
+# wheel is carried). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
 # (scripts/build_variant.sh, into .variants/), e.g. a sed of a tuning constant or
-# `patch -p1 < /path/to.patch`.
-# Representative kernels only (bf16, head_dim 128), so the default sweep is head_dim 128.
-#   usage: scripts/device_ab.sh [--varlen] [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
+# `patch -p1 < $root/.peers/exp/x.patch` ($root: the tree).
+# The representative kernels (bf16, head_dim 128) unless --kernels all, so the default sweep is
+# head_dim 128 (--head-dims for others, with --kernels all).
+#   usage: scripts/device_ab.sh [--varlen | --fp8] [--kernels all] [--head-dims "128"]
+#          [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
 #   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
 #   the device returns a few files per call)
 set -uo pipefail
@@ -14,10 +17,13 @@ R=${OUT:-$PWD/device-out}
 L=$(mktemp -d)/logs
 mkdir -p "$R" "$L"
 trap 'tar czf "$R/logs_ab.tar.gz" -C "$(dirname "$L")" logs' EXIT
-varlen=0 seqlens="1024 2048 8192 16384"
+varlen=0 fp8=0 kernels=representative head_dims=128 seqlens="1024 2048 8192 16384"
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --varlen) varlen=1; shift ;;
+    --fp8) fp8=1; shift ;;
+    --kernels) kernels=$2; shift 2 ;;
+    --head-dims) head_dims=$2; shift 2 ;;
     --seqlens) seqlens=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -31,16 +37,17 @@ for experiment in "$@"; do  # every argument checked before anything is built
 done
 commit=${HOPATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 features="" && ((varlen)) && features=varlen
+((fp8)) && features=fp8
 fa3_dir=$PWD/build-fa3-ab${features:+-$features}
 (MAX_JOBS=4 bash scripts/build_fa3_peer.sh .peers/fa3.tar.gz "$fa3_dir" $features >"$L/fa3_build.log" 2>&1) &
 pids=$!
-(JOBS=3 bash scripts/build_variant.sh base true >"$L/build_base.log" 2>&1) &
+(JOBS=3 bash scripts/build_variant.sh base true "$kernels" >"$L/build_base.log" 2>&1) &
 pids="$pids $!"
 names=()
 for experiment in "$@"; do
   name=${experiment%%=*}
   names+=("$name")
-  (JOBS=3 bash scripts/build_variant.sh "$name" "${experiment#*=}" >"$L/build_$name.log" 2>&1) &
+  (JOBS=3 bash scripts/build_variant.sh "$name" "${experiment#*=}" "$kernels" >"$L/build_$name.log" 2>&1) &
   pids="$pids $!"
 done
 for pid in $pids; do wait "$pid"; done
@@ -55,8 +62,19 @@ for name in "${names[@]}"; do
   library=$PWD/.variants/$name/src/libhopattn.so
   if [[ -f $library ]]; then variants+=(--variant "$name=$library"); else echo "== $name: build failed, left out"; fi
 done
+if ((fp8)); then
+  # cuDNN's FP8 peer: the cudnn-frontend wheel carried in .peers/wheels, cuDNN from torch's package.
+  python3 -m pip install -q --no-index --no-deps --target /tmp/cudnn-frontend .peers/wheels/nvidia_cudnn_frontend-*.whl \
+    >"$L/cudnn_frontend_install.log" 2>&1 || echo "cudnn-frontend: install failed (no cuDNN FP8 peer)"
+  cudnn_lib=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(os.path.dirname(nvidia.cudnn.__file__), 'lib'))" 2>/dev/null)
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PYTHONPATH:/tmp/cudnn-frontend LD_LIBRARY_PATH=${cudnn_lib:-}:${LD_LIBRARY_PATH:-} \
+    timeout 400 python3 bench/bench_fp8.py --json "$R/ab_fp8.json" --head-dims $head_dims --seqlens $seqlens \
+    --commit "$commit" "${variants[@]}" 2>"$L/ab_fp8_progress.log" | tee "$R/ab_fp8.txt"
+  exit
+fi
 # shellcheck disable=SC2086
-timeout 300 python3 bench/bench_forward.py --json "$R/ab_forward.json" --head-dims 128 --seqlens $seqlens \
+timeout 300 python3 bench/bench_forward.py --json "$R/ab_forward.json" --head-dims $head_dims --seqlens $seqlens \
   --no-ablation --commit "$commit" "${variants[@]}" 2>"$L/ab_forward_progress.log" | tee "$R/ab_forward.txt"
 if ((varlen)); then
   timeout 200 python3 bench/bench_varlen.py --json "$R/ab_varlen.json" --commit "$commit" "${variants[@]}" \
