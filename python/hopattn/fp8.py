@@ -127,10 +127,10 @@ def forward_fp8_varlen(q, q_scales, k, k_scales, v, v_scales, cu_seqlens_q, cu_s
     """
     max_seqlen_q = as_int("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = as_int("max_seqlen_k", max_seqlen_k)
-    result = _forward_on_codes(q, q_scales, k, k_scales, v, v_scales, (PACKED_Q, PACKED_K),
-                               (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k),
-                               causal,
-                               scale, out_dtype, return_lse, (q_scaling, k_scaling, v_scaling),
+    varlen = (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
+    result = _forward_on_codes(q, q_scales, k, k_scales, v, v_scales, (PACKED_Q, PACKED_K), varlen,
+                               causal, scale, out_dtype, return_lse,
+                               (q_scaling, k_scaling, v_scaling),
                                (q_block_rows, k_block_rows, v_block_rows))
     return tuple(x[0] for x in result) if return_lse else result[0]
 
