@@ -7,9 +7,11 @@ becomes the dispatch tables and what sm90::supports() / sm90::supports_backward(
 decided at run time (causal, variable-length batches, GQA, deterministic) are not axes.
 
 CMake runs this at configure time into the build tree:
-    generate.py OUT_DIR [--representative]
+    generate.py OUT_DIR [--representative | --only NAME,NAME...]
 --representative keeps one kernel per operation (bf16, head_dim 128): what CI compiles, since each
-sm_90a instantiation costs minutes on a 2-core machine. The device builds them all.
+sm_90a instantiation costs minutes on a 2-core machine. The device builds them all. --only keeps
+the named kernels, named as their translation units are (forward_fp8_bf16_hdim256): an A/B build
+of the kernels it times.
 """
 import argparse
 from pathlib import Path
@@ -85,14 +87,24 @@ def table_name(operation):
     return "k" + "".join(part.capitalize() for part in operation.split("_")) + "Kernels"
 
 
-def kernels(representative):
+def kernel_name(operation, dtype_name, head_dim):
+    return f"{operation}_{dtype_name}_hdim{head_dim}"
+
+
+def all_kernels():
     for operation, head_dims in OPERATIONS.items():
         for name, (element, dtype) in DTYPES.items():
             for head_dim in head_dims:
-                if representative and (name, head_dim) != (REPRESENTATIVE["dtype"],
-                                                           REPRESENTATIVE["head_dim"]):
-                    continue
                 yield operation, name, element, dtype, head_dim
+
+
+def kernels(representative, only):
+    for operation, name, element, dtype, head_dim in all_kernels():
+        if representative and (name, head_dim) != (REPRESENTATIVE["dtype"], REPRESENTATIVE["head_dim"]):
+            continue
+        if only is not None and kernel_name(operation, name, head_dim) not in only:
+            continue
+        yield operation, name, element, dtype, head_dim
 
 
 def write_if_changed(path, text):
@@ -104,13 +116,18 @@ def write_if_changed(path, text):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--representative", action="store_true")
+    selection = parser.add_mutually_exclusive_group()
+    selection.add_argument("--representative", action="store_true")
+    selection.add_argument("--only", type=lambda names: set(names.split(",")))
     args = parser.parse_args()
+    known = {kernel_name(operation, name, head_dim) for operation, name, _, _, head_dim in all_kernels()}
+    if args.only is not None and not args.only <= known:
+        parser.error(f"--only: unknown kernels {sorted(args.only - known)}; allowed: {sorted(known)}")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     entries = {operation: [] for operation in OPERATIONS}
     sources = []
-    for operation, name, element, dtype, head_dim in kernels(args.representative):
-        path = args.out_dir / f"{operation}_{name}_hdim{head_dim}.cu"
+    for operation, name, element, dtype, head_dim in kernels(args.representative, args.only):
+        path = args.out_dir / f"{kernel_name(operation, name, head_dim)}.cu"
         write_if_changed(path, INSTANTIATIONS[operation].format(element=element, head_dim=head_dim))
         sources.append(path.name)
         entries[operation].append(f"    {{{dtype}, {head_dim}, &launch_{operation}<{element}, {head_dim}>, "
