@@ -26,8 +26,9 @@ template <int kHeadDim>
 using BackwardTiles = BackwardTileSize<kHeadDim>;
 
 template <class Element, int kHeadDim>
-using BackwardConfigFor = BackwardConfig<Element, kHeadDim, BackwardTiles<kHeadDim>::kBlockM,
-                                         BackwardTiles<kHeadDim>::kBlockN, BackwardTiles<kHeadDim>::kStages>;
+using BackwardConfigFor =
+    BackwardConfig<Element, kHeadDim, BackwardTiles<kHeadDim>::kBlockM, BackwardTiles<kHeadDim>::kBlockN,
+                   BackwardTiles<kHeadDim>::kStages, BackwardTiles<kHeadDim>::kdQPasses>;
 
 // Bytes of workspace launch_backward<Element, kHeadDim>(problem, ...) needs.
 template <class Element, int kHeadDim>

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <ostream>
 #include <random>
 #include <string>
@@ -26,11 +27,14 @@ namespace {
 
 #define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
 
-// The backward kernels of this build: generate.py's backward head_dims in a build of all kernels,
-// the representative bf16 head_dim 128 otherwise.
+// generate.py's backward head_dims: what a build of all kernels holds (its representative build:
+// bf16 head_dim 128). 192 and 256 take the kernel's other design (dK and dV split by head_dim).
+constexpr int64_t kBackwardHeadDims[] = {64, 96, 128, 192, 256};
+
 bool backward_built(hopattn_dtype dtype, int64_t head_dim) {
 #ifdef HOPATTN_SM90_ALL_KERNELS
-  return head_dim == 64 || head_dim == 96 || head_dim == 128;
+  (void)dtype;
+  return std::find(std::begin(kBackwardHeadDims), std::end(kBackwardHeadDims), head_dim) != std::end(kBackwardHeadDims);
 #else
   return dtype == HOPATTN_DTYPE_BFLOAT16 && head_dim == 128;
 #endif
@@ -226,7 +230,7 @@ std::vector<Case> shape_matrix() {
   std::vector<Case> cases;
   int rotation = 0;
   for (hopattn_dtype dtype : {HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
-    for (int64_t head_dim : {64, 96, 128}) {
+    for (int64_t head_dim : kBackwardHeadDims) {
       if (!backward_built(dtype, head_dim)) continue;
       for (bool causal : {false, true}) {
         for (auto [seqlen_q, seqlen_k] : seqlens) {
@@ -343,7 +347,7 @@ std::vector<VarlenCase> varlen_matrix() {
   const std::vector<int32_t> k_used = {5, 0, 200, 0, 64, 127};
   std::vector<VarlenCase> cases;
   for (hopattn_dtype dtype : {HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
-    for (int64_t head_dim : {64, 96, 128}) {
+    for (int64_t head_dim : kBackwardHeadDims) {
       if (!backward_built(dtype, head_dim)) continue;
       for (bool causal : {false, true}) {
         for (bool seqused : {false, true}) {
@@ -441,40 +445,43 @@ TEST_F(Sm90Test, Sm90BackwardVarlenCorruptedCuSeqlensStayInsideTheTensors) {
 // deterministic = 1: two runs give bitwise-equal gradients, one with the library's workspace and
 // one with a caller's buffer full of garbage (the preprocess initialises what the kernels read),
 // and both match the reference. GQA and the causal mask make several key blocks add into each
-// query block, in an order that only the semaphores fix.
+// query block, in an order that only the semaphores fix. Both designs of the kernel (head_dim 128
+// and 256).
 TEST_F(Sm90Test, Sm90BackwardDeterministicRunsAreBitwiseEqual) {
   const hopattn_dtype dtype = HOPATTN_DTYPE_BFLOAT16;
-  const int64_t head_dim = 128;
-  if (!backward_built(dtype, head_dim)) GTEST_SKIP();
-  for (bool causal : {false, true}) {
-    std::mt19937 rng(3);
-    BackwardSetup setup(dtype, 2, 700, 1000, 2, 2, head_dim, 0, rng);
-    ASSERT_TRUE(setup.allocated()) << "cudaMalloc failed";
-    ASSERT_EQ(setup.forward(causal, nullptr), HOPATTN_OK) << hopattn_last_error();
-    hopattn_backward_options options = sm90_backward_options(causal, true);
-    ASSERT_EQ(setup.backward(options, nullptr), HOPATTN_OK) << hopattn_last_error();
-    ASSERT_CUDA(cudaDeviceSynchronize());
-    const std::vector<uint16_t> dq = setup.dq.download(), dk = setup.dk.download(), dv = setup.dv.download();
+  for (int64_t head_dim : {128, 256}) {
+    if (!backward_built(dtype, head_dim)) continue;
+    for (bool causal : {false, true}) {
+      std::mt19937 rng(3);
+      BackwardSetup setup(dtype, 2, 700, 1000, 2, 2, head_dim, 0, rng);
+      ASSERT_TRUE(setup.allocated()) << "cudaMalloc failed";
+      ASSERT_EQ(setup.forward(causal, nullptr), HOPATTN_OK) << hopattn_last_error();
+      hopattn_backward_options options = sm90_backward_options(causal, true);
+      ASSERT_EQ(setup.backward(options, nullptr), HOPATTN_OK) << hopattn_last_error();
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> dq = setup.dq.download(), dk = setup.dk.download(), dv = setup.dv.download();
 
-    size_t bytes = 0;
-    ASSERT_EQ(hopattn_backward_workspace_size(&setup.q.desc, &setup.k.desc, &setup.v.desc, nullptr, &options, &bytes),
-              HOPATTN_OK)
-        << hopattn_last_error();
-    void* workspace = nullptr;
-    ASSERT_CUDA(cudaMalloc(&workspace, bytes));
-    ASSERT_CUDA(cudaMemset(workspace, 0x5a, bytes));
-    options.workspace = workspace;
-    options.workspace_bytes = bytes;
-    for (DeviceTensor* t : {&setup.dq, &setup.dk, &setup.dv}) ASSERT_CUDA(cudaMemset(t->device, 0xff, t->host.size() * 2));
-    ASSERT_EQ(setup.backward(options, nullptr), HOPATTN_OK) << hopattn_last_error();
-    ASSERT_CUDA(cudaDeviceSynchronize());
-    cudaFree(workspace);
-    EXPECT_TRUE(setup.dq.download() == dq) << "dq differs between deterministic runs";
-    EXPECT_TRUE(setup.dk.download() == dk) << "dk differs between deterministic runs";
-    EXPECT_TRUE(setup.dv.download() == dv) << "dv differs between deterministic runs";
-    options.workspace = nullptr;
-    options.workspace_bytes = 0;
-    setup.expect_matches_reference(causal ? "deterministic_causal" : "deterministic_full", options, nullptr);
+      size_t bytes = 0;
+      ASSERT_EQ(hopattn_backward_workspace_size(&setup.q.desc, &setup.k.desc, &setup.v.desc, nullptr, &options, &bytes),
+                HOPATTN_OK)
+          << hopattn_last_error();
+      void* workspace = nullptr;
+      ASSERT_CUDA(cudaMalloc(&workspace, bytes));
+      ASSERT_CUDA(cudaMemset(workspace, 0x5a, bytes));
+      options.workspace = workspace;
+      options.workspace_bytes = bytes;
+      for (DeviceTensor* t : {&setup.dq, &setup.dk, &setup.dv}) ASSERT_CUDA(cudaMemset(t->device, 0xff, t->host.size() * 2));
+      ASSERT_EQ(setup.backward(options, nullptr), HOPATTN_OK) << hopattn_last_error();
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      cudaFree(workspace);
+      EXPECT_TRUE(setup.dq.download() == dq) << "dq differs between deterministic runs";
+      EXPECT_TRUE(setup.dk.download() == dk) << "dk differs between deterministic runs";
+      EXPECT_TRUE(setup.dv.download() == dv) << "dv differs between deterministic runs";
+      options.workspace = nullptr;
+      options.workspace_bytes = 0;
+      setup.expect_matches_reference((causal ? "deterministic_causal_d" : "deterministic_full_d") + std::to_string(head_dim),
+                                     options, nullptr);
+    }
   }
 }
 

@@ -341,7 +341,7 @@ CUDA_RTOL = {torch.float16: 1e-2, torch.bfloat16: 4e-2}
 @requires_hopper
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 def test_cuda_gradients_match_float64_reference(dtype, causal, head_dim):
     q, k, v = random_inputs((2, 200, 8, head_dim), (2, 257, 2, head_dim),
                             (2, 257, 2, head_dim), dtype=dtype, device="cuda")

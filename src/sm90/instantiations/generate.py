@@ -16,12 +16,12 @@ of the kernels it times.
 import argparse
 from pathlib import Path
 
-# The head_dims of each operation. The backward keeps dK and dV of its 64 keys per warpgroup in
-# registers, which fits up to head_dim 128 (kernel/backward/tile_size.hpp). forward_fp8 takes e4m3
+# The head_dims of each operation (the backward's tiles per head_dim: kernel/backward/tile_size.hpp).
+# forward_fp8 takes e4m3
 # inputs; its dtype axis is the output's, and its head_dims those of the Hadamard rotation's
 # powers of two that FP8 attention is wanted for (kernel/tile_size.hpp).
 OPERATIONS = {"forward": [64, 96, 128, 192, 256],
-              "backward": [64, 96, 128],
+              "backward": [64, 96, 128, 192, 256],
               "forward_fp8": [64, 128, 256]}
 # The C++ type of each operation's problem, which its table is a KernelEntry of.
 PROBLEMS = {"forward": "ForwardProblem", "backward": "BackwardProblem", "forward_fp8": "Fp8ForwardProblem"}

@@ -8,8 +8,8 @@
 namespace hopattn::sm90 {
 
 enum class BackwardBarrier : uint32_t {
-  // Among consumers, once per step: this step's dS is in shared memory (visible to WGMMA), and
-  // every warpgroup's dQ product of the step before last, which read the other dS buffer, retired.
+  // Among consumers, once per step: this step's dS (and P) is in shared memory (visible to WGMMA),
+  // and every warpgroup's products of the step before last, which read the other buffer, retired.
   kdSReady = 0,
   // Among consumers, in the epilogue: every dK / dV product (which read Q and dO) retired, so the
   // Q and dO buffers may stage dK and dV; then: the staged rows are in shared memory.

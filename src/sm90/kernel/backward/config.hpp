@@ -2,17 +2,23 @@
 // WGMMA tilings and the pipelines. Everything the backward mainloop, epilogue and kernel agree on.
 //
 // One CTA owns kBlockN keys (one key block) of one kv head and streams the query blocks that see
-// them, kBlockM rows at a time. Each of the two consumer warpgroups owns 64 of the keys and works
-// with transposed scores, so that its rows are its keys:
+// them, kBlockM rows at a time. The two consumer warpgroups work with transposed scores, so that
+// the rows of S^T are keys:
 //
 //   S^T  = K Q^T        (keys x queries)   ss: K, Q from shared memory
 //   dP^T = V dO^T       (keys x queries)   ss: V, dO from shared memory
-//   dV  += P^T dO       (keys x head_dim)  rs: P^T is the S^T accumulator, never leaves registers
-//   dK  += dS^T Q       (keys x head_dim)  rs: dS^T likewise
+//   dV  += P^T dO       (keys x head_dim)
+//   dK  += dS^T Q       (keys x head_dim)
 //   dQ   = dS K         (queries x head_dim, split by head_dim halves across the warpgroups)
 //                                          ss: dS^T through shared memory, read MN-major
 //
-// dQ needs every key of the block, so it is the one product whose operand crosses warpgroups.
+// Up to head_dim 128 each warpgroup owns 64 of the block's 128 keys: its S^T and dP^T rows are its
+// keys, and dV and dK take P^T and dS^T straight from its registers (rs). Past 128, dK and dV of
+// 64 keys would not fit one warpgroup's registers (kSplitHeadDim): the warpgroups share a block of
+// 64 keys, split S^T and dP^T by queries and dK and dV by head_dim halves, and P^T goes through
+// shared memory beside dS^T (ss), since each warpgroup's dK and dV need every query's.
+//
+// dQ needs every key of the block, so its operand always crosses warpgroups.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -30,15 +36,17 @@ using SmemAtomFor = conditional_t<
     kWidth % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
     conditional_t<kWidth % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>, GMMA::Layout_K_SW32_Atom<Element>>>;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, int kdQPasses_>
 struct BackwardConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;  // query rows per mainloop step
   static constexpr int kBlockN = kBlockN_;  // keys per CTA
   static constexpr int kStages = kStages_;  // Q/dO shared-memory buffers in flight
+  static constexpr int kdQPasses = kdQPasses_;  // dQ's column tiles, one product after the other
 
-  static constexpr int kNumConsumerWarpgroups = kBlockN / 64;
+  static constexpr bool kSplitHeadDim = kHeadDim > 128;
+  static constexpr int kNumConsumerWarpgroups = 2;
   static constexpr int kNumMmaThreads = kNumConsumerWarpgroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
   // dK and dV accumulate in registers across the whole key block's life: the consumers take all
@@ -46,42 +54,59 @@ struct BackwardConfig {
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
 
-  static_assert(kNumConsumerWarpgroups == 2, "dQ's head_dim is split in halves across two warpgroups");
-  static_assert(kBlockM % 16 == 0 && kBlockM <= 256);
+  static_assert(kBlockN == (kSplitHeadDim ? 64 : 64 * kNumConsumerWarpgroups),
+                "a warpgroup's 64 keys, or one block of 64 the warpgroups share");
+  static_assert(kBlockM % (16 * kNumConsumerWarpgroups) == 0 && kBlockM <= 256);
   static_assert(kHeadDim % 32 == 0);
 
-  using KeysWarpgroups = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
-  using HeadDimWarpgroups = Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>;
+  // The second (column) mode of a product split across the warpgroups.
+  using RowWarpgroups = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
+  using ColumnWarpgroups = Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>;
   static constexpr int kdQColumnsPerWarpgroup = kHeadDim / kNumConsumerWarpgroups;
+  static constexpr int kdKVColumnsPerWarpgroup = kSplitHeadDim ? kHeadDim / kNumConsumerWarpgroups : kHeadDim;
+  static constexpr int kdQPassColumns = kHeadDim / kdQPasses;  // of both warpgroups
+  static_assert(kHeadDim % (kdQPasses * kNumConsumerWarpgroups * 16) == 0);
 
+  // S^T and dP^T: split by keys (rows), or by queries (columns) where the warpgroups share the keys.
   using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(),
-      KeysWarpgroups{}));
-  using TiledMmadKV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
-                           GMMA::Major::K, GMMA::Major::MN>(),
-      KeysWarpgroups{}));
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<_64, Int<kSplitHeadDim ? kBlockM / kNumConsumerWarpgroups : kBlockM>, Int<kHeadDim>>>(),
+      conditional_t<kSplitHeadDim, ColumnWarpgroups, RowWarpgroups>{}));
+  // dV and dK: from the S^T accumulator's registers, or from P^T and dS^T in shared memory by
+  // head_dim halves.
+  using TiledMmadKV = conditional_t<
+      kSplitHeadDim,
+      decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float,
+                                                   Shape<_64, Int<kdKVColumnsPerWarpgroup>, Int<kBlockM>>,
+                                                   GMMA::Major::K, GMMA::Major::MN>(),
+                              ColumnWarpgroups{})),
+      decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
+                                                   GMMA::Major::K, GMMA::Major::MN>(),
+                              RowWarpgroups{}))>;
   using TiledMmadQ = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kdQColumnsPerWarpgroup>, Int<kBlockN>>,
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<_64, Int<kdQColumnsPerWarpgroup / kdQPasses>, Int<kBlockN>>,
                            GMMA::Major::MN, GMMA::Major::MN>(),
-      HeadDimWarpgroups{}));
+      ColumnWarpgroups{}));
 
   // Q and dO: (rows, head_dim, stage), the B operand of S^T / dP^T (K-major) and, viewed
-  // (head_dim, rows, stage), of dK / dV (MN-major), whole in both.
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomFor<Element, kHeadDim>{},
+  // (head_dim, rows, stage), of dK / dV (MN-major), whole or by each warpgroup's head_dim columns:
+  // the swizzle atom must divide them.
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomFor<Element, kdKVColumnsPerWarpgroup>{},
                                              Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
   using SmemLayoutQt = decltype(composition(
       SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
   // K: the A operand of S^T and, viewed (head_dim, keys), the B operand of dQ, which each
-  // warpgroup reads in its own head_dim half: the swizzle atom must divide the half.
-  using SmemLayoutK = decltype(tile_to_shape(SmemAtomFor<Element, kdQColumnsPerWarpgroup>{},
+  // warpgroup reads in its own columns of each pass: the swizzle atom must divide them.
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomFor<Element, kdQColumnsPerWarpgroup / kdQPasses>{},
                                              Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutKt = decltype(composition(
       SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
   using SmemLayoutV = decltype(tile_to_shape(SmemAtomFor<Element, kHeadDim>{},
                                              Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // dS^T as the consumers write it (keys, queries, buffer), and the same bytes as dQ's A operand
-  // (queries, keys, buffer), MN-major. Two buffers: one barrier per step orders writes and reads.
+  // (queries, keys, buffer), MN-major; with kSplitHeadDim, P^T as well, in buffers of the same
+  // layout (the A operand of dV, K-major). Two buffers: one barrier per step orders writes and reads.
   static constexpr int kdSBuffers = 2;
   using SmemLayoutdSt = decltype(tile_to_shape(SmemAtomFor<Element, kBlockM>{},
                                                Shape<Int<kBlockN>, Int<kBlockM>, Int<kdSBuffers>>{}));

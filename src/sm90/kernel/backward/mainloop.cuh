@@ -1,7 +1,8 @@
 // The backward mainloop collective, split by role. The producer warp brings the CTA's K and V
 // once, then streams Q with its LSE and dO with its D = rowsum(dO * O), one query block per step,
 // through two kStages-deep TMA pipelines. The consumer warpgroups recompute P from S and the LSE,
-// form dS = P * (dP - D), accumulate dV and dK in registers and hand dQ, through shared memory, to
+// form dS = P * (dP - D), accumulate dV and dK in registers (the products of config.hpp, from
+// registers or, with kSplitHeadDim, from shared memory) and hand dQ, through shared memory, to
 // one thread of the producer warpgroup that adds it into the float32 accumulator of the workspace.
 // It owns its parameters (TMA descriptors, sequence layout, scale, workspace) and its shared storage.
 //
@@ -78,6 +79,7 @@ struct BackwardMainloop {
   static constexpr int kStages = Config::kStages;
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
   static constexpr int kNumConsumerWarpgroups = Config::kNumConsumerWarpgroups;
+  static constexpr bool kSplitHeadDim = Config::kSplitHeadDim;
   using Work = KeyBlockWork<kBlockM, kBlockN, kCausal>;
 
   struct SharedStorage {
@@ -86,6 +88,11 @@ struct BackwardMainloop {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> d_o;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;
+    // P^T, where the warpgroups split dV by head_dim (Config::kSplitHeadDim); else nothing.
+    conditional_t<kSplitHeadDim,
+                  cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutdSt>, 1024>,
+                  cute::array<Element, 0>>
+        p;
     alignas(16) cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
     alignas(16) cute::array_aligned<float, kBlockM * kStages, 16> dpsum;
     // One query block's dQ, warpgroup w's values in the w-th half (Config::dq_accum_offset).
@@ -233,6 +240,7 @@ struct BackwardMainloop {
     Tensor sdOt = make_tensor(make_smem_ptr(shared.d_o.data()), typename Config::SmemLayoutQt{});
     Tensor sdSt = make_tensor(make_smem_ptr(shared.ds.data()), typename Config::SmemLayoutdSt{});
     Tensor sdS = make_tensor(make_smem_ptr(shared.ds.data()), typename Config::SmemLayoutdS{});
+    Tensor sPt = make_tensor(make_smem_ptr(shared.p.data()), typename Config::SmemLayoutdSt{});
 
     typename Config::TiledMmaSdP mma_sdp;
     typename Config::TiledMmadKV mma_dkv;
@@ -247,11 +255,13 @@ struct BackwardMainloop {
     Tensor tdVrdOt = thread_dkv.partition_fragment_B(sdOt);
     Tensor tdKrQt = thread_dkv.partition_fragment_B(sQt);
     Tensor tdQrdS = thread_dq.partition_fragment_A(sdS);
-    Tensor tdQrKt = thread_dq.partition_fragment_B(sKt);
     Tensor tScS = thread_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
     auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto thread_ds_copy = ds_copy.get_thread_slice(thread_idx);
     Tensor tdSsdS = thread_ds_copy.partition_D(sdSt);
+    Tensor tPsP = thread_ds_copy.partition_D(sPt);
+    Tensor tdVrPt = thread_dkv.partition_fragment_A(sPt);   // read with kSplitHeadDim only
+    Tensor tdKrdSt = thread_dkv.partition_fragment_A(sdSt);
 
     const float scale_log2 = params.scale_log2;
     const int warpgroup = thread_idx / 128;
@@ -299,34 +309,55 @@ struct BackwardMainloop {
       }
       Tensor ds = convert_fragment<Element>(dp);
 
-      // dV += P^T dO and dK += dS^T Q, straight from the registers; dS^T also to shared memory.
-      warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
-                                   tdVrdOt(_, _, _, stage), dv);
-      warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
-                                   tdKrQt(_, _, _, stage), dk);
+      // dV += P^T dO and dK += dS^T Q: straight from the registers, under dS^T's way to shared
+      // memory; or, with kSplitHeadDim, from shared memory, once both warpgroups' P^T and dS^T are
+      // there.
       const int buffer = step % Config::kdSBuffers;
+      if constexpr (!kSplitHeadDim) {
+        warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
+                                     tdVrdOt(_, _, _, stage), dv);
+        warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
+                                     tdKrQt(_, _, _, stage), dk);
+      } else {
+        copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
+      }
       copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
-
-      // This warpgroup's head_dim half of dQ = dS K, over every key of the block.
-      Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-      warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
-      warpgroup_wait<0>();  // dV, dK and dQ: Q and dO may be overwritten
-      warpgroup_fence_operand(dq);
-      q_pipeline.consumer_release(state);
-      do_pipeline.consumer_release(state);
-      ++state;
-
-      // dQ to this warpgroup's half of the buffer, once the bulk reduce of the step before has read
-      // it; each thread fences its own stores for the async proxy before arriving.
-      static_assert(decltype(size(dq))::value == Config::kdQAccumPerThread);
-      if (step > 0) shared.dq_empty[warpgroup].wait((step - 1) & 1);
-      CUTE_UNROLL
-      for (int i = 0; i < Config::kdQAccumPerThread; i += 4) {
-        store_shared_float4(dq_shared + Config::dq_accum_offset(thread_idx, i), dq(i), dq(i + 1), dq(i + 2),
-                            dq(i + 3));
+      if constexpr (kSplitHeadDim) {
+        warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
+        warpgroup_gemm<false, false>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQt(_, _, _, stage), dk);
       }
+
+      // This warpgroup's head_dim columns of dQ = dS K, over every key of the block, in kdQPasses
+      // column tiles one after the other. Pass n's values are n-th in the order of the whole tile's
+      // fragment, which Config::dq_accum_offset and the postprocess read.
+      CUTE_UNROLL
+      for (int pass = 0; pass < Config::kdQPasses; ++pass) {
+        constexpr int kPassColumns = Config::kdQPassColumns;
+        Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kPassColumns>>{});
+        Tensor tdQrKt = thread_dq.partition_fragment_B(
+            local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{})));
+        warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(dq);
+        constexpr int kPassValues = decltype(size(dq))::value;
+        static_assert(kPassValues * Config::kdQPasses == Config::kdQAccumPerThread);
+        if (pass == 0) {
+          // dV and dK retired with the first pass: Q and dO may be overwritten. The buffer takes dQ
+          // once the bulk reduce of the step before has read it.
+          q_pipeline.consumer_release(state);
+          do_pipeline.consumer_release(state);
+          if (step > 0) shared.dq_empty[warpgroup].wait((step - 1) & 1);
+        }
+        CUTE_UNROLL
+        for (int i = 0; i < kPassValues; i += 4) {
+          store_shared_float4(dq_shared + Config::dq_accum_offset(thread_idx, pass * kPassValues + i), dq(i),
+                              dq(i + 1), dq(i + 2), dq(i + 3));
+        }
+      }
+      ++state;
+      // Each thread fences its own stores for the async proxy before arriving.
       cutlass::arch::fence_view_async_shared();
       shared.dq_full[warpgroup].arrive();
     }
