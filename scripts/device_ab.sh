@@ -5,9 +5,10 @@
 # wheel is carried). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
 # (scripts/build_variant.sh, into .variants/), e.g. a sed of a tuning constant or
 # `patch -p1 < $root/.peers/exp/x.patch` ($root: the tree).
-# The representative kernels (bf16, head_dim 128) unless --kernels all, so the default sweep is
-# head_dim 128 (--head-dims for others, with --kernels all).
-#   usage: scripts/device_ab.sh [--varlen | --fp8] [--kernels all] [--head-dims "128"]
+# The representative kernels (bf16, head_dim 128) unless --kernels all or a list of the kernels the
+# benchmark times (forward_fp8_bf16_hdim256,forward_bf16_hdim256,...: generate.py --only), so the
+# default sweep is head_dim 128 (--head-dims for others, with their kernels).
+#   usage: scripts/device_ab.sh [--varlen | --fp8] [--kernels all | NAME,...] [--head-dims "128"]
 #          [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
 #   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
 #   the device returns a few files per call)
