@@ -50,8 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 import hopattn._torch_ops  # noqa: E402,F401  (registers torch.ops.hopattn)
 from hopattn._frontend import LAYOUTS, TorchFrontend  # noqa: E402
-from bench_common import (add_run_arguments, add_sweep_arguments, first_output, interleaved_ms,  # noqa: E402
-                          load_fa3, plot_sweep, report_header, rotated, spread)
+from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument, first_output,  # noqa: E402
+                          interleaved_ms, load_fa3, on_build_prepared, plot_sweep, report_header, rotated,
+                          spread, with_variants)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -280,7 +281,7 @@ def plot(rows, path):
                f"Backward attention on {torch.cuda.get_device_name()}: 16k tokens, hidden 2048")
 
 
-def print_report(rows, summary, errors, peak, det):
+def print_report(rows, summary, errors, peak, det, variants):
     def tf(row, name):
         entry = row.get(name)
         if entry is None:
@@ -298,6 +299,10 @@ def print_report(rows, summary, errors, peak, det):
               f" {tf(r, 'hopattn')} {tf(r, 'fa3')} {tf(r, 'sdpa_fa2')} {tf(r, 'sdpa_cudnn')} |"
               f" {ratio(r, 'speedup_vs_fa3')} {ratio(r, 'speedup_vs_sdpa_fa2')}"
               f" {ratio(r, 'speedup_vs_sdpa_cudnn')}  {ratio(r, 'hopattn_over_best_fa3_cudnn')}")
+    for name in variants:
+        print(f"{name} / hopattn: " + ", ".join(
+            f"d{r['head_dim']} {r['seqlen']}{' c' if r['causal'] else ''} {r[name]['tflops'] / r['hopattn']['tflops']:.3f}"
+            for r in rows if "tflops" in r.get(name, {}) and "tflops" in r["hopattn"]))
     print("backward TFLOP/s (2.5x forward FLOPs); vsBest: hopattn / best of FA3 and cuDNN")
     for key, s in summary.items():
         if isinstance(s, dict):
@@ -332,6 +337,7 @@ def main():
                         help=f"only {len(QUICK)} cases (head_dim, seqlen, causal): {QUICK}")
     parser.add_argument("--list-cases", action="store_true", help="print the cases and exit")
     add_run_arguments(parser, rep_ms=200.0)
+    add_variant_argument(parser)
     args = parser.parse_args()
 
     chosen = QUICK if args.quick else [(d, s, c) for d in args.head_dims for s in args.seqlens
@@ -347,7 +353,7 @@ def main():
     fa3, fa3_info = load_fa3(args.fa3_path)
     if fa3 is None:
         print(f"FlashAttention-3 not available: {fa3_info['reason']}", file=sys.stderr)
-    impls = implementations(fa3)
+    impls, variants = with_variants(implementations(fa3), args.variant, LABELS, wrap=on_build_prepared)
     availability = probe(impls, fa3_info)
     rows = []
     for i, case in enumerate(cases):
@@ -380,7 +386,7 @@ def main():
     args.json.write_text(json.dumps(report, indent=1))
     if args.plot:
         plot(rows, args.plot)
-    print_report(rows, summary, errors, peak, det)
+    print_report(rows, summary, errors, peak, det, variants)
 
 
 if __name__ == "__main__":

@@ -149,17 +149,23 @@ def on_build(path, fn):
     return run
 
 
-def with_variants(impls, variants, labels, name="hopattn"):
+def on_build_prepared(path, prepare):
+    """on_build for a prepare(...) that returns the timed call (bench_backward.py's): the
+    preparation and every later call of what it returns run on the build at `path`."""
+    return on_build(path, lambda *args: on_build(path, prepare(*args)))
+
+
+def with_variants(impls, variants, labels, name="hopattn", wrap=on_build):
     """(`impls` plus one copy of impls[name] per --variant, "name@VARIANT", each running on its own
-    build of the library (on_build); the names of those copies, which `labels` now labels by name).
-    Call it before any hopattn call: the loaded build then is the base one."""
+    build of the library (`wrap`: on_build, or on_build_prepared); the names of those copies, which
+    `labels` now labels by name). Call it before any hopattn call: the loaded build then is the base one."""
     if not variants:
         return impls, []
     from hopattn import _lib
     base = str(_lib.find_library())
     _loaded_build[0] = base
     # Every implementation that calls hopattn runs on the base build unless it is a variant.
-    result = {key: on_build(base, fn) if key.startswith("hopattn") else fn for key, fn in impls.items()}
+    result = {key: wrap(base, fn) if key.startswith("hopattn") else fn for key, fn in impls.items()}
     for variant in variants:
         label, _, path = variant.partition("=")
         if not label or not Path(path).is_file():
@@ -167,7 +173,7 @@ def with_variants(impls, variants, labels, name="hopattn"):
         if Path(path).samefile(base):
             raise SystemExit(f"--variant {variant!r} is the loaded library itself ({base}); set "
                              "HOPATTN_LIBRARY to the tree's own build")
-        result[f"{name}@{label}"] = on_build(str(Path(path).resolve()), impls[name])
+        result[f"{name}@{label}"] = wrap(str(Path(path).resolve()), impls[name])
     added = [key for key in result if key not in impls]
     labels.update({key: key for key in added})
     return result, added
