@@ -59,7 +59,7 @@ struct BackwardConfig {
   static_assert(kBlockM % (16 * kNumConsumerWarpgroups) == 0 && kBlockM <= 256);
   static_assert(kHeadDim % 32 == 0);
 
-  // The second (column) mode of a product split across the warpgroups.
+  // A product split across the warpgroups by its rows (M) or by its columns (N).
   using RowWarpgroups = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
   using ColumnWarpgroups = Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>;
   static constexpr int kdQColumnsPerWarpgroup = kHeadDim / kNumConsumerWarpgroups;
