@@ -16,10 +16,9 @@ of the kernels it times.
 import argparse
 from pathlib import Path
 
-# The head_dims of each operation (the backward's tiles per head_dim: kernel/backward/tile_size.hpp).
-# forward_fp8 takes e4m3
-# inputs; its dtype axis is the output's, and its head_dims those of the Hadamard rotation's
-# powers of two that FP8 attention is wanted for (kernel/tile_size.hpp).
+# The head_dims of each operation (the tiles per head_dim: kernel/tile_size.hpp and
+# kernel/backward/tile_size.hpp). forward_fp8 takes e4m3 inputs; its dtype axis is the output's,
+# and its head_dims those of the Hadamard rotation's powers of two that FP8 attention is wanted for.
 OPERATIONS = {"forward": [64, 96, 128, 192, 256],
               "backward": [64, 96, 128, 192, 256],
               "forward_fp8": [64, 128, 256]}
