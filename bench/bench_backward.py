@@ -51,8 +51,8 @@ import hopattn  # noqa: E402
 import hopattn._torch_ops  # noqa: E402,F401  (registers torch.ops.hopattn)
 from hopattn._frontend import LAYOUTS, TorchFrontend  # noqa: E402
 from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument, first_output,  # noqa: E402
-                          interleaved_ms, load_fa3, on_build_prepared, plot_sweep, report_header, rotated,
-                          spread, with_variants)
+                          interleaved_ms, load_fa3, on_build_prepared, plot_sweep, print_variant_ratios,
+                          report_header, rotated, spread, with_variants)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -299,10 +299,7 @@ def print_report(rows, summary, errors, peak, det, variants):
               f" {tf(r, 'hopattn')} {tf(r, 'fa3')} {tf(r, 'sdpa_fa2')} {tf(r, 'sdpa_cudnn')} |"
               f" {ratio(r, 'speedup_vs_fa3')} {ratio(r, 'speedup_vs_sdpa_fa2')}"
               f" {ratio(r, 'speedup_vs_sdpa_cudnn')}  {ratio(r, 'hopattn_over_best_fa3_cudnn')}")
-    for name in variants:
-        print(f"{name} / hopattn: " + ", ".join(
-            f"d{r['head_dim']} {r['seqlen']}{' c' if r['causal'] else ''} {r[name]['tflops'] / r['hopattn']['tflops']:.3f}"
-            for r in rows if "tflops" in r.get(name, {}) and "tflops" in r["hopattn"]))
+    print_variant_ratios(rows, variants, "hopattn")
     print("backward TFLOP/s (2.5x forward FLOPs); vsBest: hopattn / best of FA3 and cuDNN")
     for key, s in summary.items():
         if isinstance(s, dict):

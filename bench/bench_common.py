@@ -179,6 +179,15 @@ def with_variants(impls, variants, labels, name="hopattn", wrap=on_build):
     return result, added
 
 
+def print_variant_ratios(rows, variants, base):
+    """One line per --variant: its TFLOP/s over `base`'s at each (head_dim, seqlen, mask) row."""
+    for name in variants:
+        print(f"{name} / {base}: " + ", ".join(
+            f"d{r['head_dim']} {r['seqlen']}{' c' if r['causal'] else ''} "
+            f"{r[name]['tflops'] / r[base]['tflops']:.3f}"
+            for r in rows if "tflops" in r.get(name, {}) and "tflops" in r.get(base, {})))
+
+
 def add_sweep_arguments(parser, head_dims, seqlens):
     """The FlashAttention-3 sweep's axes, which a run may narrow."""
     parser.add_argument("--head-dims", type=int, nargs="+", default=head_dims)

@@ -33,8 +33,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument,  # noqa: E402
-                          first_output, host_us, interleaved_ms, load_fa3, plot_sweep, report_header,
-                          rotated, spread, with_variants)
+                          first_output, host_us, interleaved_ms, load_fa3, plot_sweep, print_variant_ratios,
+                          report_header, rotated, spread, with_variants)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -207,10 +207,7 @@ def main():
               f" {ratio(r, 'speedup_vs_fa3')} {ratio(r, 'speedup_vs_sdpa_fa2')}"
               f" {ratio(r, 'speedup_vs_sdpa_cudnn')}  {ratio(r, 'hopattn_over_best_fa3_cudnn')}"
               f" {ratio(r, 'hopattn_over_best_peer')}")
-    for name in variants:
-        print(f"{name} / hopattn: " + ", ".join(
-            f"d{r['head_dim']} {r['seqlen']}{' c' if r['causal'] else ''} {r[name]['tflops'] / r['hopattn']['tflops']:.3f}"
-            for r in rows if "tflops" in r.get(name, {}) and "tflops" in r["hopattn"]))
+    print_variant_ratios(rows, variants, "hopattn")
     print("vsBest: hopattn / best of FA3 and cuDNN; vsAll: hopattn / best of every peer"
           + ("" if fa3 else "  (FA3 not available: vsBest is vs cuDNN alone)"))
     for key, label in (("best_fa3_cudnn", "best of FA3 and cuDNN"), ("best_peer", "best peer")):

@@ -32,8 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument,  # noqa: E402
-                          first_output, interleaved_ms, load_fa3, on_build, plot_sweep, report_header,
-                          rotated, spread, with_variants)
+                          first_output, interleaved_ms, load_fa3, on_build, plot_sweep, print_variant_ratios,
+                          report_header, rotated, spread, with_variants)
 from hopattn import _lib as hopattn_library  # noqa: E402
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
@@ -307,11 +307,7 @@ def main():
         quant = f"{r['quantize']['ms']:8.3f}" if "ms" in r.get("quantize", {}) else "       -"
         print(f"{r['head_dim']:>4} {r['seqlen']:>6} {str(r['causal']):>6} | {tf(r, 'hopattn_fp8')} {tf(r, 'fa3_fp8')}"
               f" {tf(r, 'cudnn_fp8')} | {ratio} | {tf(r, 'hopattn_bf16')} {tf(r, 'hopattn_e2e')} {quant}")
-    for name in variants:
-        print(f"{name} / hopattn_fp8: " + ", ".join(
-            f"d{r['head_dim']} {r['seqlen']}{' c' if r['causal'] else ''} "
-            f"{r[name]['tflops'] / r['hopattn_fp8']['tflops']:.3f}"
-            for r in rows if "tflops" in r.get(name, {}) and "tflops" in r.get("hopattn_fp8", {})))
+    print_variant_ratios(rows, variants, "hopattn_fp8")
     for key, s in summary.items():
         if s:
             print(f"{key} over {s['n']} cases: min {s['min']:.3f}  median {s['median']:.3f}  max {s['max']:.3f}")
