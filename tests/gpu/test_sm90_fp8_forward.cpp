@@ -345,18 +345,20 @@ TEST_F(Sm90Fp8Test, NonFiniteAndZeroScalesMakeNaNInTheRowsThatSeeThem) {
 // queries and keys), GQA, both masks, every head_dim; against the CPU backend on the same codes and
 // scales (its float32 P against the kernel's e4m3 P: the matrix's tolerance; every row's LSE within
 // 4e-3, which a chunk descaled by another K block would likely exceed). K scales per head and per
-// block; Q per block of 128 packed rows, straddling sequences.
+// block; Q per block of 128 packed rows, straddling sequences; seqused_k in the third packing.
 TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
   // Two packings. The first's sequences start off the kernel's K scale chunks (keys at 129, 400,
   // 700), so their key blocks start before them (mask.cuh's key_shift); the second's start one key
   // short of a chunk (127, 255) or on one (128), one sequence holds a single key, and K's scale
-  // blocks are 256 rows.
+  // blocks are 256 rows. The third is the second with seqused_k: the unused keys of a sequence
+  // (those past it, in its own rows) are not attended.
   struct Packing {
-    std::vector<int32_t> cu_q, cu_k;
+    std::vector<int32_t> cu_q, cu_k, seqused_k;  // seqused_k empty: not used
     int64_t max_q, max_k, k_block_rows;
   };
-  const Packing packings[] = {{{0, 0, 300, 301, 557, 999}, {0, 129, 400, 400, 700, 1033}, 442, 333, 128},
-                              {{0, 50, 51, 300, 420}, {0, 127, 128, 255, 700}, 249, 445, 256}};
+  const Packing packings[] = {{{0, 0, 300, 301, 557, 999}, {0, 129, 400, 400, 700, 1033}, {}, 442, 333, 128},
+                              {{0, 50, 51, 300, 420}, {0, 127, 128, 255, 700}, {}, 249, 445, 256},
+                              {{0, 50, 51, 300, 420}, {0, 127, 128, 255, 700}, {100, 1, 0, 300}, 249, 445, 256}};
   const int64_t heads_kv = 2, heads_q = 4;
   std::mt19937 rng(std::random_device{}());
   const Scaling head{HOPATTN_FP8_SCALE_HEAD, 0};
@@ -365,16 +367,21 @@ TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
     const std::vector<int32_t>& cu_k = packing.cu_k;
     const int64_t total_q = cu_q.back(), total_k = cu_k.back();
     const Scaling block{HOPATTN_FP8_SCALE_BLOCK, 128}, k_block{HOPATTN_FP8_SCALE_BLOCK, packing.k_block_rows};
-    int32_t* cu_device = nullptr;
-    ASSERT_CUDA(cudaMalloc(reinterpret_cast<void**>(&cu_device), 2 * cu_q.size() * sizeof(int32_t)));
+    const std::vector<int32_t>& seqused = packing.seqused_k;
+    int32_t* cu_device = nullptr;  // cu_q, cu_k, then seqused_k
+    ASSERT_CUDA(cudaMalloc(reinterpret_cast<void**>(&cu_device), (2 * cu_q.size() + seqused.size()) * sizeof(int32_t)));
     ASSERT_CUDA(cudaMemcpy(cu_device, cu_q.data(), cu_q.size() * 4, cudaMemcpyHostToDevice));
     ASSERT_CUDA(cudaMemcpy(cu_device + cu_q.size(), cu_k.data(), cu_k.size() * 4, cudaMemcpyHostToDevice));
+    if (!seqused.empty()) {
+      ASSERT_CUDA(cudaMemcpy(cu_device + 2 * cu_q.size(), seqused.data(), seqused.size() * 4, cudaMemcpyHostToDevice));
+    }
     for (const int64_t head_dim : {64, 128, 256}) {
       for (const bool causal : {false, true}) {
         for (const Scaling& k_scaling : {head, k_block}) {
           const bool k_blocks = k_scaling.mode == HOPATTN_FP8_SCALE_BLOCK;
           SCOPED_TRACE(std::to_string(cu_q.size() - 1) + " sequences, head_dim " + std::to_string(head_dim) +
-                       (causal ? " causal" : " full") + (k_blocks ? ", K block scales" : ", K head scales"));
+                       (causal ? " causal" : " full") + (k_blocks ? ", K block scales" : ", K head scales") +
+                       (seqused.empty() ? "" : ", seqused_k"));
           const uint64_t seed = rng();
           QuantisedTensor q(1, total_q, heads_q, head_dim, 0, block, true, seed, rng);
           QuantisedTensor k(1, total_k, heads_kv, head_dim, 0, k_scaling, true, seed, rng);
@@ -405,6 +412,7 @@ TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
                                total_q * heads_q * head_dim, heads_q * head_dim, head_dim};
           varlen.cu_seqlens_q = cu_q.data();
           varlen.cu_seqlens_k = cu_k.data();
+          varlen.seqused_k = seqused.empty() ? nullptr : seqused.data();
           options.backend = HOPATTN_BACKEND_CPU;
           ASSERT_EQ(hopattn_forward_fp8_varlen(&hq, &sq, &hk, &sk, &hv, &sv, &cpu_o, cpu_lse.data(), &varlen, &options),
                     HOPATTN_OK)
@@ -420,6 +428,7 @@ TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
           o.data = o_device;
           varlen.cu_seqlens_q = cu_device;
           varlen.cu_seqlens_k = cu_device + cu_q.size();
+          varlen.seqused_k = seqused.empty() ? nullptr : cu_device + 2 * cu_q.size();
           options.backend = HOPATTN_BACKEND_SM90;
           ASSERT_EQ(hopattn_forward_fp8_varlen(&q.desc, &q.scales, &k.desc, &k.scales, &v.desc, &v.scales, &o, lse_device,
                                                &varlen, &options),
@@ -451,8 +460,9 @@ TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
           const double rel = std::sqrt(err2 / ref2);
           EXPECT_LT(rel, 0.06);
           EXPECT_LT(lse_error, 4e-3);
-          std::printf("[ sm90 fp8 varlen ] %lld seqs d%-4lld %-7s K %-9s rel %.3e  lse max err %.3e\n",
-                      (long long)(cu_q.size() - 1), (long long)head_dim, causal ? "causal" : "full",
+          std::printf("[ sm90 fp8 varlen ] %lld seqs%s d%-4lld %-7s K %-9s rel %.3e  lse max err %.3e\n",
+                      (long long)(cu_q.size() - 1), seqused.empty() ? "" : " seqused_k", (long long)head_dim,
+                      causal ? "causal" : "full",
                       k_blocks ? ("block" + std::to_string(k_scaling.block_rows)).c_str() : "head", rel, lse_error);
         }
       }
