@@ -2,13 +2,13 @@
 # On the GPU machine, one call: the tree and experiments built side by side, then timed in one run
 # with FlashAttention-3 and the SDPA peers (bench_forward.py --variant; bench_varlen.py too with
 # --varlen; with --fp8, bench_fp8.py --variant instead, beside FA3's FP8 and cuDNN's FP8 when its
-# wheel is carried). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
+# wheel is carried; with --backward, bench_backward.py --variant beside FA3's backward). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
 # (scripts/build_variant.sh, into .variants/), e.g. a sed of a tuning constant or
 # `patch -p1 < $root/.peers/exp/x.patch` ($root: the tree).
 # The representative kernels (bf16, head_dim 128) unless --kernels all or a list of the kernels the
 # benchmark times (forward_fp8_bf16_hdim256,forward_bf16_hdim256,...: generate.py --only), so the
 # default sweep is head_dim 128 (--head-dims for others, with their kernels).
-#   usage: scripts/device_ab.sh [--varlen | --fp8] [--kernels all | NAME,...] [--head-dims "128"]
+#   usage: scripts/device_ab.sh [--varlen | --fp8 | --backward] [--kernels all | NAME,...] [--head-dims "128"]
 #          [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
 #   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
 #   the device returns a few files per call)
@@ -18,11 +18,12 @@ R=${OUT:-$PWD/device-out}
 L=$(mktemp -d)/logs
 mkdir -p "$R" "$L"
 trap 'tar czf "$R/logs_ab.tar.gz" -C "$(dirname "$L")" logs' EXIT
-varlen=0 fp8=0 kernels=representative head_dims=128 seqlens="1024 2048 8192 16384"
+varlen=0 fp8=0 backward=0 kernels=representative head_dims=128 seqlens="1024 2048 8192 16384"
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --varlen) varlen=1; shift ;;
     --fp8) fp8=1; shift ;;
+    --backward) backward=1; shift ;;
     --kernels) kernels=$2; shift 2 ;;
     --head-dims) head_dims=$2; shift 2 ;;
     --seqlens) seqlens=$2; shift 2 ;;
@@ -39,6 +40,7 @@ done
 commit=${HOPATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 features="" && ((varlen)) && features=varlen
 ((fp8)) && features=fp8
+((backward)) && features=backward
 fa3_dir=$PWD/build-fa3-ab${features:+-$features}
 (MAX_JOBS=4 bash scripts/build_fa3_peer.sh .peers/fa3.tar.gz "$fa3_dir" $features >"$L/fa3_build.log" 2>&1) &
 pids=$!
@@ -72,6 +74,12 @@ if ((fp8)); then
   PYTHONPATH=$PYTHONPATH:/tmp/cudnn-frontend LD_LIBRARY_PATH=${cudnn_lib:-}:${LD_LIBRARY_PATH:-} \
     timeout 400 python3 bench/bench_fp8.py --json "$R/ab_fp8.json" --head-dims $head_dims --seqlens $seqlens \
     --commit "$commit" "${variants[@]}" 2>"$L/ab_fp8_progress.log" | tee "$R/ab_fp8.txt"
+  exit
+fi
+if ((backward)); then
+  # shellcheck disable=SC2086
+  timeout 400 python3 bench/bench_backward.py --json "$R/ab_backward.json" --head-dims $head_dims --seqlens $seqlens \
+    --commit "$commit" "${variants[@]}" 2>"$L/ab_backward_progress.log" | tee "$R/ab_backward.txt"
   exit
 fi
 # shellcheck disable=SC2086
