@@ -2,14 +2,15 @@
 # On the GPU machine, one call: the tree and experiments built side by side, then timed in one run
 # with FlashAttention-3 and the SDPA peers (bench_forward.py --variant; bench_varlen.py too with
 # --varlen; with --fp8, bench_fp8.py --variant instead, beside FA3's FP8 and cuDNN's FP8 when its
-# wheel is carried; with --backward, bench_backward.py --variant beside FA3's backward). Each experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree
-# (scripts/build_variant.sh, into .variants/), e.g. a sed of a tuning constant or
-# `patch -p1 < $root/.peers/exp/x.patch` ($root: the tree).
+# wheel is carried; with --backward, bench_backward.py --variant beside FA3's backward). Each
+# experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree (scripts/build_variant.sh,
+# into .variants/), e.g. a sed of a tuning constant or `patch -p1 < $root/.peers/exp/x.patch`
+# ($root: the tree).
 # The representative kernels (bf16, head_dim 128) unless --kernels all or a list of the kernels the
 # benchmark times (forward_fp8_bf16_hdim256,forward_bf16_hdim256,...: generate.py --only), so the
 # default sweep is head_dim 128 (--head-dims for others, with their kernels).
-#   usage: scripts/device_ab.sh [--varlen | --fp8 | --backward] [--kernels all | NAME,...] [--head-dims "128"]
-#          [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
+#   usage: scripts/device_ab.sh [--varlen | --fp8 | --backward] [--kernels all | NAME,...]
+#          [--head-dims "128"] [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
 #   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
 #   the device returns a few files per call)
 set -uo pipefail
