@@ -309,29 +309,24 @@ struct BackwardMainloop {
       }
       Tensor ds = convert_fragment<Element>(dp);
 
-      // dV += P^T dO and dK += dS^T Q: straight from the registers, under dS^T's way to shared
-      // memory; or, with kSplitHeadDim, from shared memory, once both warpgroups' P^T and dS^T are
-      // there.
+      // dV += P^T dO first: from the registers it runs under dS^T's way to shared memory; with
+      // kSplitHeadDim it reads P^T there, once both warpgroups stored theirs.
       const int buffer = step % Config::kdSBuffers;
       if constexpr (!kSplitHeadDim) {
         warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
                                      tdVrdOt(_, _, _, stage), dv);
-        warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
-                                     tdKrQt(_, _, _, stage), dk);
       } else {
         copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
       }
       copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
-      if constexpr (kSplitHeadDim) {
-        warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
-        warpgroup_gemm<false, false>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQt(_, _, _, stage), dk);
-      }
+      if constexpr (kSplitHeadDim) warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
 
       // This warpgroup's head_dim columns of dQ = dS K, over every key of the block, in kdQPasses
       // column tiles one after the other. Pass n's values are n-th in the order of the whole tile's
-      // fragment, which Config::dq_accum_offset and the postprocess read.
+      // fragment, which Config::dq_accum_offset and the postprocess read. dK += dS^T Q goes in behind
+      // the first pass, so that the tensor cores have it while the threads store that pass's dQ.
       CUTE_UNROLL
       for (int pass = 0; pass < Config::kdQPasses; ++pass) {
         constexpr int kPassColumns = Config::kdQPassColumns;
@@ -339,23 +334,33 @@ struct BackwardMainloop {
         Tensor tdQrKt = thread_dq.partition_fragment_B(
             local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{})));
         warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(dq);
+        if (pass == 0) {
+          if constexpr (kSplitHeadDim) {
+            warpgroup_gemm<false, false>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQt(_, _, _, stage), dk);
+          } else {
+            warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
+                                         tdKrQt(_, _, _, stage), dk);
+          }
+          warpgroup_wait<1>();  // dV and this pass retired; dK may still read Q
+          warpgroup_fence_operand(dq);
+          do_pipeline.consumer_release(state);
+          // The buffer takes dQ once the bulk reduce of the step before has read it.
+          if (step > 0) shared.dq_empty[warpgroup].wait((step - 1) & 1);
+        } else {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(dq);
+        }
         constexpr int kPassValues = decltype(size(dq))::value;
         static_assert(kPassValues * Config::kdQPasses == Config::kdQAccumPerThread);
-        if (pass == 0) {
-          // dV and dK retired with the first pass: Q and dO may be overwritten. The buffer takes dQ
-          // once the bulk reduce of the step before has read it.
-          q_pipeline.consumer_release(state);
-          do_pipeline.consumer_release(state);
-          if (step > 0) shared.dq_empty[warpgroup].wait((step - 1) & 1);
-        }
         CUTE_UNROLL
         for (int i = 0; i < kPassValues; i += 4) {
           store_shared_float4(dq_shared + Config::dq_accum_offset(thread_idx, pass * kPassValues + i), dq(i),
                               dq(i + 1), dq(i + 2), dq(i + 3));
         }
       }
+      warpgroup_wait<0>();  // dK retired: Q may be overwritten
+      warpgroup_fence_operand(dk);
+      q_pipeline.consumer_release(state);
       ++state;
       // Each thread fences its own stores for the async proxy before arriving.
       cutlass::arch::fence_view_async_shared();
