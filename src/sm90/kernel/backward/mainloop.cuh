@@ -296,9 +296,21 @@ struct BackwardMainloop {
       }
       Tensor p = convert_fragment<Element>(scores);
 
-      // dS = P * (dP - D), from P before its rounding to the element type.
-      warpgroup_wait<0>();
+      // dV += P^T dO from the registers goes in before dP's wait: the product reads P, so ptxas
+      // must keep the exponentials above it, under dP's product (it otherwise sinks them below
+      // the wait), and dS's arithmetic runs under dV's. With kSplitHeadDim, dV reads P^T from
+      // shared memory once both warpgroups stored theirs.
+      const int buffer = step % Config::kdSBuffers;
+      if constexpr (!kSplitHeadDim) {
+        warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
+                                     tdVrdOt(_, _, _, stage), dv);
+        warpgroup_wait<1>();
+      } else {
+        warpgroup_wait<0>();
+      }
       warpgroup_fence_operand(dp);
+
+      // dS = P * (dP - D), from P before its rounding to the element type.
       Tensor d = make_tensor(dp.data(), accumulator_rows_cols(dp.layout()));
       float const* dpsum = shared.dpsum.data() + stage * kBlockM;
       CUTE_UNROLL
@@ -309,15 +321,7 @@ struct BackwardMainloop {
       }
       Tensor ds = convert_fragment<Element>(dp);
 
-      // dV += P^T dO first: from the registers it runs under dS^T's way to shared memory; with
-      // kSplitHeadDim it reads P^T there, once both warpgroups stored theirs.
-      const int buffer = step % Config::kdSBuffers;
-      if constexpr (!kSplitHeadDim) {
-        warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
-                                     tdVrdOt(_, _, _, stage), dv);
-      } else {
-        copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
-      }
+      if constexpr (kSplitHeadDim) copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
       copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
