@@ -68,10 +68,17 @@ struct BackwardConfig {
   static_assert(kHeadDim % (kdQPasses * kNumConsumerWarpgroups * 16) == 0);
 
   // S^T and dP^T: split by keys (rows), or by queries (columns) where the warpgroups share the keys.
+  // At head_dim 64 each warpgroup holds its keys' K and V in registers (16 each per thread) for the
+  // CTA's life, and both products read only Q or dO from shared memory: at 64 queries a step, an
+  // ss product asks for all the shared-memory bandwidth the tensor cores' rate leaves, and the
+  // step's other traffic (Q and dO arriving, dS^T and dQ through shared memory) comes on top.
+  static constexpr bool kKVInRegisters = kHeadDim == 64;
+  using SdPShape = Shape<_64, Int<kSplitHeadDim ? kBlockM / kNumConsumerWarpgroups : kBlockM>, Int<kHeadDim>>;
   using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float,
-                           Shape<_64, Int<kSplitHeadDim ? kBlockM / kNumConsumerWarpgroups : kBlockM>, Int<kHeadDim>>>(),
+      conditional_t<kKVInRegisters, decltype(GMMA::rs_op_selector<Element, Element, float, SdPShape>()),
+                    decltype(GMMA::ss_op_selector<Element, Element, float, SdPShape>())>{},
       conditional_t<kSplitHeadDim, ColumnWarpgroups, RowWarpgroups>{}));
+  static_assert(!(kKVInRegisters && kSplitHeadDim));
   // dV and dK: from the S^T accumulator's registers, or from P^T and dS^T in shared memory by
   // head_dim halves.
   using TiledMmadKV = conditional_t<

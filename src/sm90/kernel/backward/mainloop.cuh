@@ -268,6 +268,12 @@ struct BackwardMainloop {
     float* dq_shared = shared.dq.data();
     PipelineState state;
     shared.kv_full.wait(0);
+    if constexpr (Config::kKVInRegisters) {
+      auto kv_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_sdp);
+      auto thread_kv_copy = kv_copy.get_thread_slice(thread_idx);
+      copy(kv_copy, thread_kv_copy.partition_S(sK), thread_kv_copy.retile_D(tSrK));
+      copy(kv_copy, thread_kv_copy.partition_S(sV), thread_kv_copy.retile_D(tdPrV));
+    }
     const int steps = work.steps();
     for (int step = 0; step < steps; ++step) {
       const int m_block = work.m_block_of_step(step);
