@@ -64,14 +64,23 @@ struct KeyBlockWork {
   // sequence's keys or past the causal limit. Queries past the sequence need no mask: their
   // LSE is +inf in the workspace, so P = 0. `coords` is the identity tensor of the
   // (kBlockN, kBlockM) tile partitioned like `scores_t`.
+  //
+  // In the block's own coordinates (key r, query column d) causal_key_end's rule reads: visible
+  // iff r < key_limit (the sequence's keys) and r - d < diagonal, both limits clamped to what a
+  // block can compare, so that the per-column work is 32-bit (64-bit limits per column cost the
+  // causal kernel some 40 registers).
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void apply_mask(TensorS& scores_t, TensorC const& coords, int m_block) const {
     Tensor s = make_tensor(scores_t.data(), accumulator_rows_cols(scores_t.layout()));
     Tensor c = make_tensor(coords.data(), accumulator_rows_cols(coords.layout()));
+    const int64_t first_key = int64_t(n_block) * kBlockN, first_row = int64_t(m_block) * kBlockM;
+    const int key_limit = int(clamp_to(seq.seqlen_k - first_key, int64_t(0), int64_t(kBlockN)));
+    const int diagonal = kCausal ? int(clamp_to(first_row + 1 + seq.seqlen_k - seq.seqlen_q - first_key,
+                                                int64_t(-kBlockM), int64_t(kBlockN)))
+                                 : kBlockN;
     CUTE_UNROLL
     for (int col = 0; col < size<1>(s); ++col) {
-      const int64_t row = int64_t(m_block) * kBlockM + get<1>(c(0, col));
-      const int64_t key_end = visible_key_end(kCausal, row, seq.seqlen_q, seq.seqlen_k) - int64_t(n_block) * kBlockN;
+      const int key_end = min(key_limit, diagonal + get<1>(c(0, col)));
       CUTE_UNROLL
       for (int r = 0; r < size<0>(s); ++r) {
         if (get<0>(c(r, col)) >= key_end) s(r, col) = -INFINITY;
