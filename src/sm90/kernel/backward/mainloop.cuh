@@ -293,7 +293,8 @@ struct BackwardMainloop {
       warpgroup_gemm<true, false>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), dp);
       warpgroup_wait<1>();
       warpgroup_fence_operand(scores);
-      if (!work.fully_visible(m_block)) work.apply_mask(scores, tScS, m_block);
+      const TileVisibility tile = work.visibility(m_block);
+      if (!tile.all_visible()) Work::apply_mask(scores, tScS, tile);
 
       // P = exp(scale * S - LSE) = exp2(S * scale_log2 - LSE_log2); the columns are the queries.
       Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
@@ -336,7 +337,9 @@ struct BackwardMainloop {
       copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
-      if constexpr (kSplitHeadDim) warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
+      if constexpr (kSplitHeadDim) {
+        warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
+      }
 
       // This warpgroup's head_dim columns of dQ = dS K (all of them, every other step, with
       // kdQAlternates), over every key of the block, in kdQPasses column tiles one after the other.
