@@ -16,10 +16,10 @@
 // warpgroups' column halves, or (Config::kdQAlternates) the whole block from the warpgroup whose
 // turn the step is. One shared buffer, handed over with two mbarriers per part: dq_full (its 128
 // threads stored their values and fenced them for the async proxy) and dq_empty (the bulk reduce
-// finished reading them; the next step may overwrite). With
-// `deterministic` the CTAs of a query block add in key-block order: a semaphore per (head, query
-// block) counts the key blocks whose adds are complete, and key block n's dQ thread waits for it
-// to reach n; the consumers never wait on it.
+// finished reading them; the next step may overwrite). With `deterministic` the CTAs of a query
+// block add in key-block order: a semaphore per (head, query block) counts the key blocks whose
+// adds are complete, and key block n's dQ thread waits for it to reach n; the consumers never
+// wait on it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -345,10 +345,9 @@ struct BackwardMainloop {
       // kdQAlternates), over every key of the block, in kdQPasses column tiles one after the other.
       // Pass n's values are n-th in the order of the whole tile's fragment, which
       // Config::dq_accum_offset and the postprocess read. dK += dS^T Q goes in behind the first
-      // pass, so that the tensor cores have it while the threads store that pass's dQ.
-      // The step's tail, with this warpgroup's dQ or (kdQAlternates, the other's turn) without:
-      // two code paths, so that no WGMMA's accumulator is defined on one branch only (ptxas would
-      // serialise every WGMMA of the kernel, C7515).
+      // pass, so that the tensor cores have it while the threads store that pass's dQ. A step
+      // without this warpgroup's dQ takes its own code path: a WGMMA accumulator defined on one
+      // branch only would make ptxas serialise every WGMMA of the kernel (C7515).
       auto finish_step = [&](auto stores_dq) CUTLASS_LAMBDA_FUNC_INLINE {
         CUTE_UNROLL
         for (int pass = 0; pass < Config::kdQPasses; ++pass) {
