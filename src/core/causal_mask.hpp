@@ -27,4 +27,34 @@ HOPATTN_HOST_DEVICE int64_t visible_key_end(bool causal, int64_t row, int64_t se
   return causal ? causal_key_end(row, seqlen_q, seqlen_k) : seqlen_k;
 }
 
+// The same rule inside one tile of block_rows queries from first_row and block_keys keys from
+// first_key, in the tile's own coordinates: key r (0 <= r < block_keys) is visible to query d
+// (0 <= d < block_rows) iff r < key_limit and r - d < diagonal. Both limits are clamped to what a
+// tile can compare, so that they and the per-score test are 32-bit (a kernel that held a 64-bit
+// key end per query column paid for it in registers), and evaluated without overflow for any
+// lengths and positions >= 0.
+struct TileVisibility {
+  int key_limit, diagonal, block_keys;
+  HOPATTN_HOST_DEVICE bool visible(int r, int d) const { return r < key_limit && r - d < diagonal; }
+  // Every score of the tile is visible: no mask needed.
+  HOPATTN_HOST_DEVICE bool all_visible() const { return key_limit == block_keys && diagonal >= block_keys; }
+};
+
+HOPATTN_HOST_DEVICE TileVisibility tile_visibility(bool causal, int64_t first_row, int64_t first_key, int block_rows,
+                                                   int block_keys, int64_t seqlen_q, int64_t seqlen_k) {
+  const int64_t keys_left = seqlen_k - first_key;  // both >= 0: no overflow
+  TileVisibility t;
+  t.block_keys = block_keys;
+  t.key_limit = int(keys_left < 0 ? 0 : keys_left > block_keys ? block_keys : keys_left);
+  // Rows from seqlen_q - 1 on see every key; before it, row d's causal end is
+  // keys_left - (rows_to_last - d) keys into the tile, both terms >= 0.
+  const int64_t rows_to_last = seqlen_q - 1 - first_row;
+  t.diagonal = block_keys;
+  if (causal && rows_to_last > 0) {
+    const int64_t diagonal = (keys_left < 0 ? 0 : keys_left) - rows_to_last;
+    t.diagonal = int(diagonal < -block_rows ? -block_rows : diagonal > block_keys ? block_keys : diagonal);
+  }
+  return t;
+}
+
 }  // namespace hopattn

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "core/causal_mask.hpp"
 #include "core/softmax_math.hpp"
@@ -48,6 +49,68 @@ TEST(CausalMask, NoOverflowAtTheEndsOfInt64) {
     EXPECT_EQ(causal_key_end(seqlen_k - 1, seqlen_k, seqlen_k), seqlen_k);
     EXPECT_EQ(causal_key_end(seqlen_k, seqlen_k, seqlen_k), seqlen_k);
     EXPECT_EQ(causal_key_end(0, seqlen_k, 1), 0);
+  }
+}
+
+// The rule inside a tile, score by score, against the row's key end: every tile (with padded rows
+// past seqlen_q and key blocks past seqlen_k) of small blocks over every length below 24, and of
+// the backward's blocks over lengths around their multiples; both masks.
+TEST(CausalMask, TileVisibilityEqualsTheRowRule) {
+  std::vector<int64_t> every_length(24), block_edges;
+  for (int64_t l = 0; l < 24; ++l) every_length[l] = l;
+  for (int64_t l : {0, 1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 300}) block_edges.push_back(l);
+  struct Shape {
+    int block_rows, block_keys;
+    std::vector<int64_t> const& lengths;
+  };
+  for (const Shape& shape : {Shape{4, 8, every_length}, Shape{8, 4, every_length}, Shape{64, 128, block_edges},
+                             Shape{128, 128, block_edges}, Shape{64, 64, block_edges}}) {
+    const int block_rows = shape.block_rows, block_keys = shape.block_keys;
+    for (bool causal : {false, true}) {
+      for (int64_t seqlen_q : shape.lengths) {
+        for (int64_t seqlen_k : shape.lengths) {
+          for (int64_t first_row = 0; first_row < seqlen_q + 2 * block_rows; first_row += block_rows) {
+            for (int64_t first_key = 0; first_key < seqlen_k + 2 * block_keys; first_key += block_keys) {
+              const TileVisibility tile =
+                  tile_visibility(causal, first_row, first_key, block_rows, block_keys, seqlen_q, seqlen_k);
+              bool all = true;
+              for (int d = 0; d < block_rows; ++d) {
+                const int64_t key_end = visible_key_end(causal, first_row + d, seqlen_q, seqlen_k);
+                for (int r = 0; r < block_keys; ++r) {
+                  ASSERT_EQ(tile.visible(r, d), first_key + r < key_end)
+                      << causal << " " << seqlen_q << " " << seqlen_k << " " << first_row << " " << first_key << " "
+                      << d << " " << r;
+                  all = all && first_key + r < key_end;
+                }
+              }
+              ASSERT_EQ(tile.all_visible(), all) << causal << " " << seqlen_q << " " << seqlen_k;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Lengths and positions at the ends of int64 (a broadcast k), where a tile's limits are still exact.
+TEST(CausalMask, TileVisibilityNoOverflowAtTheEndsOfInt64) {
+  const int64_t big[] = {INT64_MAX, INT64_MAX - 1, int64_t{1} << 62};
+  for (int64_t seqlen_k : big) {
+    for (int64_t seqlen_q : {int64_t{1}, int64_t{192}, int64_t{1} << 40, INT64_MAX}) {
+      // first_row + 63 stays inside int64 for the reference.
+      for (int64_t first_row : {int64_t{0}, seqlen_q > 64 ? seqlen_q - 64 : 0, seqlen_q / 2, int64_t{1} << 61}) {
+        for (int64_t first_key : {int64_t{0}, seqlen_k - 64, seqlen_k / 2, seqlen_k - 1}) {
+          const TileVisibility tile = tile_visibility(true, first_row, first_key, 64, 128, seqlen_q, seqlen_k);
+          for (int d : {0, 1, 63}) {
+            const int64_t key_end = causal_key_end_wide(first_row + d, seqlen_q, seqlen_k);
+            for (int r : {0, 1, 63, 127}) {
+              EXPECT_EQ(tile.visible(r, d), static_cast<__int128>(first_key) + r < key_end)
+                  << seqlen_q << " " << seqlen_k << " " << first_row << " " << first_key << " " << d << " " << r;
+            }
+          }
+        }
+      }
+    }
   }
 }
 

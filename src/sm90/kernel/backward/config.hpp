@@ -62,16 +62,30 @@ struct BackwardConfig {
   // A product split across the warpgroups by its rows (M) or by its columns (N).
   using RowWarpgroups = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
   using ColumnWarpgroups = Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>;
-  static constexpr int kdQColumnsPerWarpgroup = kHeadDim / kNumConsumerWarpgroups;
+  // dQ = dS K, per step: split by head_dim columns across both warpgroups, or (kdQAlternates) the
+  // whole block by one warpgroup, the two taking turns by step parity. Both operands come from
+  // shared memory; at head_dim 64 the split leaves 32 columns per warpgroup, a product narrow
+  // enough to ask ~1.5x the shared-memory bandwidth the tensor cores' rate leaves. Whole, it has 64.
+  static constexpr bool kdQAlternates = kHeadDim == 64;
+  static constexpr int kdQWarpgroups = kdQAlternates ? 1 : kNumConsumerWarpgroups;  // in TiledMmadQ
+  static constexpr int kdQThreads = kdQWarpgroups * 128;
+  static constexpr int kdQColumnsPerWarpgroup = kHeadDim / kdQWarpgroups;
   static constexpr int kdKVColumnsPerWarpgroup = kSplitHeadDim ? kHeadDim / kNumConsumerWarpgroups : kHeadDim;
-  static constexpr int kdQPassColumns = kHeadDim / kdQPasses;  // of both warpgroups
-  static_assert(kHeadDim % (kdQPasses * kNumConsumerWarpgroups * 16) == 0);
+  static constexpr int kdQPassColumns = kHeadDim / kdQPasses;  // of the whole block
+  static_assert(kdQColumnsPerWarpgroup % (kdQPasses * 16) == 0);
 
   // S^T and dP^T: split by keys (rows), or by queries (columns) where the warpgroups share the keys.
+  // At head_dim 64 each warpgroup holds its keys' K and V in registers (16 each per thread) for the
+  // CTA's life, and both products read only Q or dO from shared memory: at 64 queries a step, an
+  // ss product asks for all the shared-memory bandwidth the tensor cores' rate leaves, and the
+  // step's other traffic (Q and dO arriving, dS^T and dQ through shared memory) comes on top.
+  static constexpr bool kKVInRegisters = kHeadDim == 64;
+  using SdPShape = Shape<_64, Int<kSplitHeadDim ? kBlockM / kNumConsumerWarpgroups : kBlockM>, Int<kHeadDim>>;
   using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float,
-                           Shape<_64, Int<kSplitHeadDim ? kBlockM / kNumConsumerWarpgroups : kBlockM>, Int<kHeadDim>>>(),
+      conditional_t<kKVInRegisters, decltype(GMMA::rs_op_selector<Element, Element, float, SdPShape>()),
+                    decltype(GMMA::ss_op_selector<Element, Element, float, SdPShape>())>{},
       conditional_t<kSplitHeadDim, ColumnWarpgroups, RowWarpgroups>{}));
+  static_assert(!(kKVInRegisters && kSplitHeadDim));
   // dV and dK: from the S^T accumulator's registers, or from P^T and dS^T in shared memory by
   // head_dim halves.
   using TiledMmadKV = conditional_t<
@@ -87,7 +101,7 @@ struct BackwardConfig {
       GMMA::ss_op_selector<Element, Element, float,
                            Shape<_64, Int<kdQColumnsPerWarpgroup / kdQPasses>, Int<kBlockN>>,
                            GMMA::Major::MN, GMMA::Major::MN>(),
-      ColumnWarpgroups{}));
+      Layout<Shape<_1, Int<kdQWarpgroups>, _1>>{}));
 
   // Q and dO: (rows, head_dim, stage), the B operand of S^T / dP^T (K-major) and, viewed
   // (head_dim, rows, stage), of dK / dV (MN-major), whole or by each warpgroup's head_dim columns:
@@ -115,12 +129,12 @@ struct BackwardConfig {
 
   // The float32 dQ accumulator of one query block (kBlockM x kHeadDim floats, in the workspace and
   // in the shared-memory buffer the main kernel reduces from alike) lies in the order of TiledMmadQ's
-  // accumulator registers: value i of consumer thread t at dq_accum_offset(t, i). A warpgroup's
-  // values fill one contiguous half (one bulk reduce-add each), and a warp storing 4 consecutive
-  // values per thread writes 512 contiguous bytes (no bank conflicts). The postprocess reads it back
-  // through the same thread slices of TiledMmadQ.
-  static constexpr int kdQAccumPerThread = kBlockM * kHeadDim / kNumMmaThreads;
-  static constexpr int kdQAccumPerWarpgroup = kBlockM * kHeadDim / kNumConsumerWarpgroups;
+  // accumulator registers: value i of its thread t (0 <= t < kdQThreads) at dq_accum_offset(t, i).
+  // A warpgroup's values fill one contiguous part (one bulk reduce-add each), and a warp storing 4
+  // consecutive values per thread writes 512 contiguous bytes (no bank conflicts). The postprocess
+  // reads it back through the same thread slices of TiledMmadQ.
+  static constexpr int kdQAccumPerThread = kBlockM * kHeadDim / kdQThreads;
+  static constexpr int kdQAccumPerWarpgroup = kBlockM * kHeadDim / kdQWarpgroups;
   static constexpr uint32_t kdQAccumWarpgroupBytes = kdQAccumPerWarpgroup * sizeof(float);
   static_assert(kdQAccumPerThread % 4 == 0, "dQ values go to shared memory 16 bytes at a time");
   static_assert(kdQAccumWarpgroupBytes % 16 == 0, "bulk copies move multiples of 16 bytes");

@@ -53,25 +53,24 @@ struct KeyBlockWork {
   __device__ int head_of_step(int step) const { return head_kv * group + step / query_blocks(); }
   __device__ int m_block_of_step(int step) const { return m_begin + step % query_blocks(); }
 
-  // Every score of (m_block, this key block) is visible: the block's last key lies inside the
-  // sequence and within the causal limit of the query block's first row.
-  __device__ bool fully_visible(int m_block) const {
-    const int64_t first_row = int64_t(m_block) * kBlockM;
-    return int64_t(n_block + 1) * kBlockN <= visible_key_end(kCausal, first_row, seq.seqlen_q, seq.seqlen_k);
+  // Which scores of (m_block, this key block) are visible: past the sequence's keys and past the
+  // causal limit they are not. Queries past the sequence need no mask: their LSE is +inf in the
+  // workspace, so P = 0.
+  __device__ TileVisibility visibility(int m_block) const {
+    return tile_visibility(kCausal, int64_t(m_block) * kBlockM, int64_t(n_block) * kBlockN, kBlockM, kBlockN,
+                           seq.seqlen_q, seq.seqlen_k);
   }
 
-  // Sets to -inf the transposed scores (keys x queries) of keys a query does not see: past the
-  // sequence's keys or past the causal limit. Queries past the sequence need no mask: their
-  // LSE is +inf in the workspace, so P = 0. `coords` is the identity tensor of the
-  // (kBlockN, kBlockM) tile partitioned like `scores_t`.
+  // Sets to -inf the transposed scores (keys x queries) that `tile` does not show. `coords` is the
+  // identity tensor of the (kBlockN, kBlockM) tile partitioned like `scores_t`.
   template <class TensorS, class TensorC>
-  __device__ __forceinline__ void apply_mask(TensorS& scores_t, TensorC const& coords, int m_block) const {
+  __device__ __forceinline__ static void apply_mask(TensorS& scores_t, TensorC const& coords,
+                                                    TileVisibility const& tile) {
     Tensor s = make_tensor(scores_t.data(), accumulator_rows_cols(scores_t.layout()));
     Tensor c = make_tensor(coords.data(), accumulator_rows_cols(coords.layout()));
     CUTE_UNROLL
     for (int col = 0; col < size<1>(s); ++col) {
-      const int64_t row = int64_t(m_block) * kBlockM + get<1>(c(0, col));
-      const int64_t key_end = visible_key_end(kCausal, row, seq.seqlen_q, seq.seqlen_k) - int64_t(n_block) * kBlockN;
+      const int key_end = min(tile.key_limit, tile.diagonal + get<1>(c(0, col)));  // tile.visible, per column
       CUTE_UNROLL
       for (int r = 0; r < size<0>(s); ++r) {
         if (get<0>(c(r, col)) >= key_end) s(r, col) = -INFINITY;

@@ -9,15 +9,17 @@
 // Steps run over (query head of the kv head's group, query block): a kv head's dK and dV are the
 // sums over its query heads, so they keep accumulating in registers across the group.
 //
-// dQ = dS K is summed over key blocks, i.e. over CTAs. Each step, each consumer warpgroup stores its
-// half of the block's dQ in shared memory (Config::dq_accum_offset order, the workspace's order too)
-// and the dQ thread adds both halves with one bulk reduce-add each (cp.reduce.async.bulk .add.f32):
-// no per-element atomics in the consumers. One shared buffer, handed over with two mbarriers per
-// warpgroup: dq_full (its 128 threads stored their values and fenced them for the async proxy) and
-// dq_empty (the bulk reduce finished reading them; the next step may overwrite). With
-// `deterministic` the CTAs of a query block add in key-block order: a semaphore per (head, query
-// block) counts the key blocks whose adds are complete, and key block n's dQ thread waits for it
-// to reach n; the consumers never wait on it.
+// dQ = dS K is summed over key blocks, i.e. over CTAs. Each step, each warpgroup of TiledMmadQ
+// stores its part of the block's dQ in shared memory (Config::dq_accum_offset order, the
+// workspace's order too) and the dQ thread adds each part with one bulk reduce-add
+// (cp.reduce.async.bulk .add.f32): no per-element atomics in the consumers. The parts are both
+// warpgroups' column halves, or (Config::kdQAlternates) the whole block from the warpgroup whose
+// turn the step is. One shared buffer, handed over with two mbarriers per part: dq_full (its 128
+// threads stored their values and fenced them for the async proxy) and dq_empty (the bulk reduce
+// finished reading them; the next step may overwrite). With `deterministic` the CTAs of a query
+// block add in key-block order: a semaphore per (head, query block) counts the key blocks whose
+// adds are complete, and key block n's dQ thread waits for it to reach n; the consumers never
+// wait on it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -95,11 +97,11 @@ struct BackwardMainloop {
         p;
     alignas(16) cute::array_aligned<float, kBlockM * kStages, 16> lse_log2;
     alignas(16) cute::array_aligned<float, kBlockM * kStages, 16> dpsum;
-    // One query block's dQ, warpgroup w's values in the w-th half (Config::dq_accum_offset).
+    // One query block's dQ, part w in the w-th kdQAccumPerWarpgroup floats (Config::dq_accum_offset).
     alignas(128) cute::array_aligned<float, kBlockM * kHeadDim, 128> dq;
     cutlass::arch::ClusterTransactionBarrier kv_full;
-    cutlass::arch::ClusterBarrier dq_full[kNumConsumerWarpgroups];   // 128 arrivals: stored and fenced
-    cutlass::arch::ClusterBarrier dq_empty[kNumConsumerWarpgroups];  // 1 arrival: read by the reduce
+    cutlass::arch::ClusterBarrier dq_full[Config::kdQWarpgroups];   // 128 arrivals: stored and fenced
+    cutlass::arch::ClusterBarrier dq_empty[Config::kdQWarpgroups];  // 1 arrival: read by the reduce
     typename Pipeline::SharedStorage q_pipeline;
     typename Pipeline::SharedStorage do_pipeline;
   };
@@ -145,7 +147,7 @@ struct BackwardMainloop {
   __device__ static void init_barriers(SharedStorage& shared) {
     shared.kv_full.init(1);
     CUTE_UNROLL
-    for (int w = 0; w < kNumConsumerWarpgroups; ++w) {
+    for (int w = 0; w < Config::kdQWarpgroups; ++w) {
       shared.dq_full[w].init(128);
       shared.dq_empty[w].init(1);
     }
@@ -247,7 +249,10 @@ struct BackwardMainloop {
     typename Config::TiledMmadQ mma_dq;
     auto thread_sdp = mma_sdp.get_thread_slice(thread_idx);
     auto thread_dkv = mma_dkv.get_thread_slice(thread_idx);
-    auto thread_dq = mma_dq.get_thread_slice(thread_idx);
+    // This thread's index in TiledMmadQ, and the part of dQ it stores.
+    const int dq_thread = Config::kdQAlternates ? thread_idx % 128 : thread_idx;
+    const int dq_part = dq_thread / 128;
+    auto thread_dq = mma_dq.get_thread_slice(dq_thread);
     Tensor tSrK = thread_sdp.partition_fragment_A(sK);
     Tensor tSrQ = thread_sdp.partition_fragment_B(sQ);
     Tensor tdPrV = thread_sdp.partition_fragment_A(sV);
@@ -268,6 +273,12 @@ struct BackwardMainloop {
     float* dq_shared = shared.dq.data();
     PipelineState state;
     shared.kv_full.wait(0);
+    if constexpr (Config::kKVInRegisters) {
+      auto kv_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_sdp);
+      auto thread_kv_copy = kv_copy.get_thread_slice(thread_idx);
+      copy(kv_copy, thread_kv_copy.partition_S(sK), thread_kv_copy.retile_D(tSrK));
+      copy(kv_copy, thread_kv_copy.partition_S(sV), thread_kv_copy.retile_D(tdPrV));
+    }
     const int steps = work.steps();
     for (int step = 0; step < steps; ++step) {
       const int m_block = work.m_block_of_step(step);
@@ -282,7 +293,8 @@ struct BackwardMainloop {
       warpgroup_gemm<true, false>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), dp);
       warpgroup_wait<1>();
       warpgroup_fence_operand(scores);
-      if (!work.fully_visible(m_block)) work.apply_mask(scores, tScS, m_block);
+      const TileVisibility tile = work.visibility(m_block);
+      if (!tile.all_visible()) Work::apply_mask(scores, tScS, tile);
 
       // P = exp(scale * S - LSE) = exp2(S * scale_log2 - LSE_log2); the columns are the queries.
       Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
@@ -296,9 +308,21 @@ struct BackwardMainloop {
       }
       Tensor p = convert_fragment<Element>(scores);
 
-      // dS = P * (dP - D), from P before its rounding to the element type.
-      warpgroup_wait<0>();
+      // dV += P^T dO from the registers goes in before dP's wait: the product reads P, so ptxas
+      // must keep the exponentials above it, under dP's product (it otherwise sinks them below
+      // the wait), and dS's arithmetic runs under dV's. With kSplitHeadDim, dV reads P^T from
+      // shared memory once both warpgroups stored theirs.
+      const int buffer = step % Config::kdSBuffers;
+      if constexpr (!kSplitHeadDim) {
+        warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
+                                     tdVrdOt(_, _, _, stage), dv);
+        warpgroup_wait<1>();
+      } else {
+        warpgroup_wait<0>();
+      }
       warpgroup_fence_operand(dp);
+
+      // dS = P * (dP - D), from P before its rounding to the element type.
       Tensor d = make_tensor(dp.data(), accumulator_rows_cols(dp.layout()));
       float const* dpsum = shared.dpsum.data() + stage * kBlockM;
       CUTE_UNROLL
@@ -309,62 +333,77 @@ struct BackwardMainloop {
       }
       Tensor ds = convert_fragment<Element>(dp);
 
-      // dV += P^T dO and dK += dS^T Q: straight from the registers, under dS^T's way to shared
-      // memory; or, with kSplitHeadDim, from shared memory, once both warpgroups' P^T and dS^T are
-      // there.
-      const int buffer = step % Config::kdSBuffers;
-      if constexpr (!kSplitHeadDim) {
-        warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
-                                     tdVrdOt(_, _, _, stage), dv);
-        warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
-                                     tdKrQt(_, _, _, stage), dk);
-      } else {
-        copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
-      }
+      if constexpr (kSplitHeadDim) copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
       copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
       if constexpr (kSplitHeadDim) {
         warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
-        warpgroup_gemm<false, false>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQt(_, _, _, stage), dk);
       }
 
-      // This warpgroup's head_dim columns of dQ = dS K, over every key of the block, in kdQPasses
-      // column tiles one after the other. Pass n's values are n-th in the order of the whole tile's
-      // fragment, which Config::dq_accum_offset and the postprocess read.
-      CUTE_UNROLL
-      for (int pass = 0; pass < Config::kdQPasses; ++pass) {
-        constexpr int kPassColumns = Config::kdQPassColumns;
-        Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kPassColumns>>{});
-        Tensor tdQrKt = thread_dq.partition_fragment_B(
-            local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{})));
-        warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(dq);
-        constexpr int kPassValues = decltype(size(dq))::value;
-        static_assert(kPassValues * Config::kdQPasses == Config::kdQAccumPerThread);
-        if (pass == 0) {
-          // dV and dK retired with the first pass: Q and dO may be overwritten. The buffer takes dQ
-          // once the bulk reduce of the step before has read it.
-          q_pipeline.consumer_release(state);
-          do_pipeline.consumer_release(state);
-          if (step > 0) shared.dq_empty[warpgroup].wait((step - 1) & 1);
-        }
+      // This warpgroup's head_dim columns of dQ = dS K (all of them, every other step, with
+      // kdQAlternates), over every key of the block, in kdQPasses column tiles one after the other.
+      // Pass n's values are n-th in the order of the whole tile's fragment, which
+      // Config::dq_accum_offset and the postprocess read. dK += dS^T Q goes in behind the first
+      // pass, so that the tensor cores have it while the threads store that pass's dQ. A step
+      // without this warpgroup's dQ takes its own code path: a WGMMA accumulator defined on one
+      // branch only would make ptxas serialise every WGMMA of the kernel (C7515).
+      auto finish_step = [&](auto stores_dq) CUTLASS_LAMBDA_FUNC_INLINE {
         CUTE_UNROLL
-        for (int i = 0; i < kPassValues; i += 4) {
-          store_shared_float4(dq_shared + Config::dq_accum_offset(thread_idx, pass * kPassValues + i), dq(i),
-                              dq(i + 1), dq(i + 2), dq(i + 3));
+        for (int pass = 0; pass < Config::kdQPasses; ++pass) {
+          constexpr int kPassColumns = Config::kdQPassColumns;
+          Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kPassColumns>>{});
+          Tensor tdQrKt = thread_dq.partition_fragment_B(
+              local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{})));
+          if constexpr (stores_dq) warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
+          if (pass == 0) {
+            if constexpr (kSplitHeadDim) {
+              warpgroup_gemm<false, false>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQt(_, _, _, stage), dk);
+            } else {
+              warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
+                                           tdKrQt(_, _, _, stage), dk);
+            }
+            warpgroup_wait<1>();  // dV and this pass retired; dK may still read Q
+            do_pipeline.consumer_release(state);
+            // The buffer takes dQ once the bulk reduce of the step before has read it (with
+            // kdQAlternates the other warpgroup's: both passed this step's dS barrier, so that
+            // reduce is the one the barrier's phase can be at).
+            if (stores_dq && step > 0) shared.dq_empty[dq_part].wait((step - 1) & 1);
+          } else {
+            warpgroup_wait<0>();
+          }
+          if constexpr (stores_dq) {
+            warpgroup_fence_operand(dq);
+            constexpr int kPassValues = decltype(size(dq))::value;
+            static_assert(kPassValues * Config::kdQPasses == Config::kdQAccumPerThread);
+            CUTE_UNROLL
+            for (int i = 0; i < kPassValues; i += 4) {
+              store_shared_float4(dq_shared + Config::dq_accum_offset(dq_thread, pass * kPassValues + i), dq(i),
+                                  dq(i + 1), dq(i + 2), dq(i + 3));
+            }
+          }
         }
+      };
+      const bool stores_dq = !Config::kdQAlternates || step % kNumConsumerWarpgroups == warpgroup;
+      if (stores_dq) {
+        finish_step(true_type{});
+      } else {
+        finish_step(false_type{});
       }
+      warpgroup_wait<0>();  // dK retired: Q may be overwritten
+      warpgroup_fence_operand(dk);
+      q_pipeline.consumer_release(state);
       ++state;
       // Each thread fences its own stores for the async proxy before arriving.
-      cutlass::arch::fence_view_async_shared();
-      shared.dq_full[warpgroup].arrive();
+      if (stores_dq) {
+        cutlass::arch::fence_view_async_shared();
+        shared.dq_full[dq_part].arrive();
+      }
     }
   }
 
   // Run by one thread of the producer warpgroup for a key block with at least one step: per step,
-  // each warpgroup's half of dQ added to the workspace with one bulk reduce-add. Its bulk groups
+  // each part of dQ added to the workspace with one bulk reduce-add. Its bulk groups
   // are all complete when it returns, so the CTA's shared memory outlives their reads. The loops
   // walk the steps in KeyBlockWork's order (query head of the group, then query block) without its
   // divisions: this thread has the producer warpgroup's few registers.
@@ -392,7 +431,7 @@ struct BackwardMainloop {
           fence_proxy_async_global();
         }
         CUTE_UNROLL
-        for (int w = 0; w < kNumConsumerWarpgroups; ++w) {
+        for (int w = 0; w < Config::kdQWarpgroups; ++w) {
           shared.dq_full[w].wait(step & 1);
           bulk_reduce_add(accum + w * Config::kdQAccumPerWarpgroup,
                           shared.dq.data() + w * Config::kdQAccumPerWarpgroup, Config::kdQAccumWarpgroupBytes);
@@ -402,7 +441,7 @@ struct BackwardMainloop {
         // The buffer is free; after the last step no consumer waits for it.
         if (step + 1 < steps) {
           CUTE_UNROLL
-          for (int w = 0; w < kNumConsumerWarpgroups; ++w) shared.dq_empty[w].arrive();
+          for (int w = 0; w < Config::kdQWarpgroups; ++w) shared.dq_empty[w].arrive();
         }
         if (semaphore != nullptr) {
           bulk_wait_all();  // the adds are performed in global memory before the next key block's

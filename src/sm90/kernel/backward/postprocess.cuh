@@ -13,14 +13,14 @@ using namespace cute;
 // One CTA per (query block, head, sequence): dQ = scale * the float32 accumulator, converted to
 // the element type and stored with dq's strides, rows of the sequence only. The accumulator block
 // lies in the order of the main kernel's dQ registers (Config::dq_accum_offset): thread t reads
-// back what consumer thread t added, places it by TiledMmadQ's coordinates in a shared tile, and
+// back what thread t of TiledMmadQ added, places it by TiledMmadQ's coordinates in a shared tile, and
 // the tile leaves in 16-byte chunks of rows.
 template <class Config>
 struct BackwardPostprocess {
   using Element = typename Config::Element;
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockM = Config::kBlockM;
-  static constexpr int kThreads = Config::kNumMmaThreads;
+  static constexpr int kThreads = Config::kdQThreads;
   static constexpr int kChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kChunk;
   static constexpr int kRowPitch = kHeadDim + kChunk;  // elements; keeps rows 16-byte aligned

@@ -11,12 +11,14 @@
 // kBlockM; and two of P with kSplitHeadDim) and one query block's float32 dQ, under 227 KB.
 //
 //   head_dim  kBlockM x kBlockN  stages  registers: dK + dV + S + dP  dQ   shared memory: K+V + Q+dO + dS(+P) + dQ
-//   64         64 x 128          2        32 + 32 + 32 + 32          16    32 + 32 + 32 + 16 = 112 KB
+//   64         64 x 128          2        32 + 32 + 32 + 32        32 (*)  32 + 32 + 32 + 16 = 112 KB
 //   96         64 x 128          2        48 + 48 + 32 + 32          24    48 + 48 + 32 + 24 = 152 KB
 //   128        64 x 128          2        64 + 64 + 32 + 32          32    64 + 64 + 32 + 32 = 192 KB
 //   192        64 x  64          2        48 + 48 + 16 + 16      2 x 24    48 + 96 + 32 + 48 = 224 KB
 //   256        64 x  64          1        64 + 64 + 16 + 16      2 x 32    64 + 64 + 32 + 64 = 224 KB
 //
+// (*) At head_dim 64 one warpgroup a step computes the whole block's dQ (config.hpp's
+// kdQAlternates), and each warpgroup also holds its keys' K and V (16 + 16, kKVInRegisters).
 // head_dim 256 has room for one stage of Q and dO only: the next step's loads wait for this
 // step's products to release them. Past head_dim 128, dQ takes two passes of half the columns,
 // one after the other: with all of a warpgroup's dQ live beside dK and dV, ptxas spills dK and
