@@ -348,6 +348,13 @@ struct BackwardMainloop {
       // pass, so that the tensor cores have it while the threads store that pass's dQ. A step
       // without this warpgroup's dQ takes its own code path: a WGMMA accumulator defined on one
       // branch only would make ptxas serialise every WGMMA of the kernel (C7515).
+      // Q is free once dK retired. With one Q/dO stage (head_dim 256) the next step's load waits
+      // for it, so it goes before dQ's second pass rather than after it (there, +40% backward time).
+      auto release_q = [&]() CUTLASS_LAMBDA_FUNC_INLINE {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(dk);
+        q_pipeline.consumer_release(state);
+      };
       auto finish_step = [&](auto stores_dq) CUTLASS_LAMBDA_FUNC_INLINE {
         CUTE_UNROLL
         for (int pass = 0; pass < Config::kdQPasses; ++pass) {
@@ -355,6 +362,7 @@ struct BackwardMainloop {
           Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kPassColumns>>{});
           Tensor tdQrKt = thread_dq.partition_fragment_B(
               local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{})));
+          if (pass == 1) release_q();  // before the second pass, not after it: see release_q
           if constexpr (stores_dq) warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
           if (pass == 0) {
             if constexpr (kSplitHeadDim) {
@@ -390,9 +398,7 @@ struct BackwardMainloop {
       } else {
         finish_step(false_type{});
       }
-      warpgroup_wait<0>();  // dK retired: Q may be overwritten
-      warpgroup_fence_operand(dk);
-      q_pipeline.consumer_release(state);
+      if constexpr (Config::kdQPasses == 1) release_q();
       ++state;
       // Each thread fences its own stores for the async proxy before arriving.
       if (stores_dq) {
