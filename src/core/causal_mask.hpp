@@ -29,13 +29,17 @@ HOPATTN_HOST_DEVICE int64_t visible_key_end(bool causal, int64_t row, int64_t se
 
 // The same rule inside one tile of block_rows queries from first_row and block_keys keys from
 // first_key, in the tile's own coordinates: key r (0 <= r < block_keys) is visible to query d
-// (0 <= d < block_rows) iff r < key_limit and r - d < diagonal. Both limits are clamped to what a
-// tile can compare, so that they and the per-score test are 32-bit (a kernel that held a 64-bit
-// key end per query column paid for it in registers), and evaluated without overflow for any
-// lengths and positions >= 0.
+// (0 <= d < block_rows) iff r < key_end(d) = min(key_limit, diagonal + d). Both limits are clamped
+// to what a tile can compare, so that they and the per-score test are 32-bit (a kernel that held a
+// 64-bit key end per query column paid for it in registers), and evaluated without overflow for
+// any lengths and positions >= 0.
 struct TileVisibility {
   int key_limit, diagonal, block_keys;
-  HOPATTN_HOST_DEVICE bool visible(int r, int d) const { return r < key_limit && r - d < diagonal; }
+  // Query d sees the tile's keys [0, key_end(d)).
+  HOPATTN_HOST_DEVICE int key_end(int d) const {
+    return key_limit < diagonal + d ? key_limit : diagonal + d;
+  }
+  HOPATTN_HOST_DEVICE bool visible(int r, int d) const { return r < key_end(d); }
   // Every score of the tile is visible: no mask needed.
   HOPATTN_HOST_DEVICE bool all_visible() const { return key_limit == block_keys && diagonal >= block_keys; }
 };

@@ -5,11 +5,12 @@
 // them, kBlockM rows at a time. The two consumer warpgroups work with transposed scores, so that
 // the rows of S^T are keys:
 //
-//   S^T  = K Q^T        (keys x queries)   ss: K, Q from shared memory
-//   dP^T = V dO^T       (keys x queries)   ss: V, dO from shared memory
+//   S^T  = K Q^T        (keys x queries)   ss: K, Q from shared memory (rs with kKVInRegisters)
+//   dP^T = V dO^T       (keys x queries)   ss: V, dO from shared memory (likewise)
 //   dV  += P^T dO       (keys x head_dim)
 //   dK  += dS^T Q       (keys x head_dim)
-//   dQ   = dS K         (queries x head_dim, split by head_dim halves across the warpgroups)
+//   dQ   = dS K         (queries x head_dim, split by head_dim halves across the warpgroups, or
+//                       whole by one of them per step with kdQAlternates)
 //                                          ss: dS^T through shared memory, read MN-major
 //
 // Up to head_dim 128 each warpgroup owns 64 of the block's 128 keys: its S^T and dP^T rows are its
@@ -36,7 +37,8 @@ using SmemAtomFor = conditional_t<
     kWidth % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
     conditional_t<kWidth % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>, GMMA::Layout_K_SW32_Atom<Element>>>;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, int kdQPasses_>
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, int kdQPasses_,
+          bool kKVInRegisters_, bool kdQAlternates_>
 struct BackwardConfig {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -44,6 +46,11 @@ struct BackwardConfig {
   static constexpr int kBlockN = kBlockN_;  // keys per CTA
   static constexpr int kStages = kStages_;  // Q/dO shared-memory buffers in flight
   static constexpr int kdQPasses = kdQPasses_;  // dQ's column tiles, one product after the other
+  // S^T and dP^T read K and V from registers (rs), loaded once per CTA, not from shared memory.
+  static constexpr bool kKVInRegisters = kKVInRegisters_;
+  // dQ of the whole block by one warpgroup per step, the two taking turns by step parity, instead
+  // of split by head_dim columns across both.
+  static constexpr bool kdQAlternates = kdQAlternates_;
 
   static constexpr bool kSplitHeadDim = kHeadDim > 128;
   static constexpr int kNumConsumerWarpgroups = 2;
@@ -62,11 +69,6 @@ struct BackwardConfig {
   // A product split across the warpgroups by its rows (M) or by its columns (N).
   using RowWarpgroups = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
   using ColumnWarpgroups = Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>;
-  // dQ = dS K, per step: split by head_dim columns across both warpgroups, or (kdQAlternates) the
-  // whole block by one warpgroup, the two taking turns by step parity. Both operands come from
-  // shared memory; at head_dim 64 the split leaves 32 columns per warpgroup, a product narrow
-  // enough to ask ~1.5x the shared-memory bandwidth the tensor cores' rate leaves. Whole, it has 64.
-  static constexpr bool kdQAlternates = kHeadDim == 64;
   static constexpr int kdQWarpgroups = kdQAlternates ? 1 : kNumConsumerWarpgroups;  // in TiledMmadQ
   static constexpr int kdQThreads = kdQWarpgroups * 128;
   static constexpr int kdQColumnsPerWarpgroup = kHeadDim / kdQWarpgroups;
@@ -75,11 +77,6 @@ struct BackwardConfig {
   static_assert(kdQColumnsPerWarpgroup % (kdQPasses * 16) == 0);
 
   // S^T and dP^T: split by keys (rows), or by queries (columns) where the warpgroups share the keys.
-  // At head_dim 64 each warpgroup holds its keys' K and V in registers (16 each per thread) for the
-  // CTA's life, and both products read only Q or dO from shared memory: at 64 queries a step, an
-  // ss product asks for all the shared-memory bandwidth the tensor cores' rate leaves, and the
-  // step's other traffic (Q and dO arriving, dS^T and dQ through shared memory) comes on top.
-  static constexpr bool kKVInRegisters = kHeadDim == 64;
   using SdPShape = Shape<_64, Int<kSplitHeadDim ? kBlockM / kNumConsumerWarpgroups : kBlockM>, Int<kHeadDim>>;
   using TiledMmaSdP = decltype(make_tiled_mma(
       conditional_t<kKVInRegisters, decltype(GMMA::rs_op_selector<Element, Element, float, SdPShape>()),

@@ -70,7 +70,7 @@ struct KeyBlockWork {
     Tensor c = make_tensor(coords.data(), accumulator_rows_cols(coords.layout()));
     CUTE_UNROLL
     for (int col = 0; col < size<1>(s); ++col) {
-      const int key_end = min(tile.key_limit, tile.diagonal + get<1>(c(0, col)));  // tile.visible, per column
+      const int key_end = tile.key_end(get<1>(c(0, col)));
       CUTE_UNROLL
       for (int r = 0; r < size<0>(s); ++r) {
         if (get<0>(c(r, col)) >= key_end) s(r, col) = -INFINITY;

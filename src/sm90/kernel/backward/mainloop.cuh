@@ -341,13 +341,6 @@ struct BackwardMainloop {
         warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
       }
 
-      // This warpgroup's head_dim columns of dQ = dS K (all of them, every other step, with
-      // kdQAlternates), over every key of the block, in kdQPasses column tiles one after the other.
-      // Pass n's values are n-th in the order of the whole tile's fragment, which
-      // Config::dq_accum_offset and the postprocess read. dK += dS^T Q goes in behind the first
-      // pass, so that the tensor cores have it while the threads store that pass's dQ. A step
-      // without this warpgroup's dQ takes its own code path: a WGMMA accumulator defined on one
-      // branch only would make ptxas serialise every WGMMA of the kernel (C7515).
       // Q is free once dK retired. With one Q/dO stage (head_dim 256) the next step's load waits
       // for it, so it goes before dQ's second pass rather than after it (there, +40% backward time).
       auto release_q = [&]() CUTLASS_LAMBDA_FUNC_INLINE {
@@ -355,6 +348,13 @@ struct BackwardMainloop {
         warpgroup_fence_operand(dk);
         q_pipeline.consumer_release(state);
       };
+      // This warpgroup's head_dim columns of dQ = dS K (all of them, every other step, with
+      // kdQAlternates), over every key of the block, in kdQPasses column tiles one after the other.
+      // Pass n's values are n-th in the order of the whole tile's fragment, which
+      // Config::dq_accum_offset and the postprocess read. dK += dS^T Q goes in behind the first
+      // pass, so that the tensor cores have it while the threads store that pass's dQ. A step
+      // without this warpgroup's dQ takes its own code path: a WGMMA accumulator defined on one
+      // branch only would make ptxas serialise every WGMMA of the kernel (C7515).
       auto finish_step = [&](auto stores_dq) CUTLASS_LAMBDA_FUNC_INLINE {
         CUTE_UNROLL
         for (int pass = 0; pass < Config::kdQPasses; ++pass) {
