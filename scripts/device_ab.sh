@@ -5,7 +5,8 @@
 # wheel is carried; with --backward, bench_backward.py --variant beside FA3's backward). Each
 # experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree (scripts/build_variant.sh,
 # into .variants/), e.g. a sed of a tuning constant or `patch -p1 < $root/.peers/exp/x.patch`
-# ($root: the tree).
+# ($root: the tree). Every build first passes bench/variant_smoke.py (small calls against a float64
+# reference, under a timeout) or is left out, so that a hanging experiment costs its smoke test only.
 # The representative kernels (bf16, head_dim 128) unless --kernels all or a list of the kernels the
 # benchmark times (forward_fp8_bf16_hdim256,forward_bf16_hdim256,...: generate.py --only), so the
 # default sweep is head_dim 128 (--head-dims for others, with their kernels).
@@ -60,11 +61,25 @@ tail -1 "$L/fa3_build.log"
 # build_variant.sh leaves no library where a build failed: such an experiment is left out, and
 # without the base there is nothing to compare.
 [[ -f .variants/base/src/libhopattn.so ]] || { echo "device_ab.sh: the base build failed" >&2; exit 1; }
-export PYTHONPATH=$PWD/python HOPATTN_LIBRARY=$PWD/.variants/base/src/libhopattn.so HOPATTN_FA3_PATH=$fa3_dir/fa/hopper
+export PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=$fa3_dir/fa/hopper
+operation=forward && ((fp8)) && operation=fp8
+((backward)) && operation=backward
+# Each build first runs small calls against a float64 reference (bench/variant_smoke.py): an
+# experiment that hangs or is wrong is left out, rather than stalling or skewing the timed run.
+smoke() {
+  # shellcheck disable=SC2086
+  HOPATTN_LIBRARY=$PWD/.variants/$1/src/libhopattn.so timeout 120 python3 bench/variant_smoke.py "$operation" \
+    --head-dims $head_dims 2>&1 | tail -8 | sed "s/^/$1: /"
+  return "${PIPESTATUS[0]}"
+}
+smoke base || { echo "device_ab.sh: the base build failed its smoke test" >&2; exit 1; }
+export HOPATTN_LIBRARY=$PWD/.variants/base/src/libhopattn.so
 variants=()
 for name in "${names[@]}"; do
   library=$PWD/.variants/$name/src/libhopattn.so
-  if [[ -f $library ]]; then variants+=(--variant "$name=$library"); else echo "== $name: build failed, left out"; fi
+  if [[ ! -f $library ]]; then echo "== $name: build failed, left out"
+  elif ! smoke "$name"; then echo "== $name: smoke test failed or timed out, left out"
+  else variants+=(--variant "$name=$library"); fi
 done
 if ((fp8)); then
   # cuDNN's FP8 peer: the cudnn-frontend wheel carried in .peers/wheels, cuDNN from torch's package.
@@ -73,20 +88,20 @@ if ((fp8)); then
   cudnn_lib=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(os.path.dirname(nvidia.cudnn.__file__), 'lib'))" 2>/dev/null)
   # shellcheck disable=SC2086
   PYTHONPATH=$PYTHONPATH:/tmp/cudnn-frontend LD_LIBRARY_PATH=${cudnn_lib:-}:${LD_LIBRARY_PATH:-} \
-    timeout 400 python3 bench/bench_fp8.py --json "$R/ab_fp8.json" --head-dims $head_dims --seqlens $seqlens \
+    timeout 400 python3 -u bench/bench_fp8.py --json "$R/ab_fp8.json" --head-dims $head_dims --seqlens $seqlens \
     --commit "$commit" "${variants[@]}" 2>"$L/ab_fp8_progress.log" | tee "$R/ab_fp8.txt"
   exit
 fi
 if ((backward)); then
   # shellcheck disable=SC2086
-  timeout 400 python3 bench/bench_backward.py --json "$R/ab_backward.json" --head-dims $head_dims --seqlens $seqlens \
+  timeout 400 python3 -u bench/bench_backward.py --json "$R/ab_backward.json" --head-dims $head_dims --seqlens $seqlens \
     --commit "$commit" "${variants[@]}" 2>"$L/ab_backward_progress.log" | tee "$R/ab_backward.txt"
   exit
 fi
 # shellcheck disable=SC2086
-timeout 300 python3 bench/bench_forward.py --json "$R/ab_forward.json" --head-dims $head_dims --seqlens $seqlens \
+timeout 300 python3 -u bench/bench_forward.py --json "$R/ab_forward.json" --head-dims $head_dims --seqlens $seqlens \
   --no-ablation --commit "$commit" "${variants[@]}" 2>"$L/ab_forward_progress.log" | tee "$R/ab_forward.txt"
 if ((varlen)); then
-  timeout 200 python3 bench/bench_varlen.py --json "$R/ab_varlen.json" --commit "$commit" "${variants[@]}" \
+  timeout 200 python3 -u bench/bench_varlen.py --json "$R/ab_varlen.json" --commit "$commit" "${variants[@]}" \
     2>"$L/ab_varlen_progress.log" | tee "$R/ab_varlen.txt"
 fi

@@ -11,6 +11,7 @@
 #include "api/validate.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "sm90/kernel/register_split.hpp"
 #include "sm90/sm90_rules.hpp"
 
 namespace hopattn {
@@ -208,6 +209,21 @@ TEST_F(Sm90TmaRules, RulesRejectNegativeAndOverflowingSteppedStridesOnTheirOwn) 
 TEST_F(Sm90TmaRules, BroadcastsOfSteppedDimensionsAreStillRefused) {
   k.seq_stride = v.seq_stride = 0;
   expect_rejected(HOPATTN_ERROR_UNSUPPORTED, "k.seq_stride is 0 (a broadcast view)");
+}
+
+// The setmaxnreg rule the kernels' configs assert (sm90/kernel/register_split.hpp), at the splits
+// they use and at the one that hung on the H200.
+TEST(Sm90RegisterSplit, StaysWithinTheLaunchAllocation) {
+  using sm90::launch_registers_per_thread;
+  using sm90::register_split_fits;
+  EXPECT_EQ(launch_registers_per_thread(384), 168);
+  EXPECT_EQ(launch_registers_per_thread(512), 128);
+  EXPECT_EQ(launch_registers_per_thread(128), 255);
+  EXPECT_TRUE(register_split_fits(24, 240, 2));   // 16-bit forward, backward
+  EXPECT_TRUE(register_split_fits(40, 232, 2));   // FP8 forward
+  EXPECT_TRUE(register_split_fits(32, 160, 3));   // 16-bit forward, three consumer warpgroups
+  EXPECT_FALSE(register_split_fits(32, 240, 2));  // 65,536 > 168 x 384: hung
+  EXPECT_FALSE(register_split_fits(20, 240, 2));  // not a multiple of 8
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "sm90/kernel/register_split.hpp"
+
 namespace hopattn::sm90 {
 
 using namespace cute;
@@ -34,9 +36,9 @@ struct ForwardConfig {
 
   // A WGMMA instruction covers 64 rows, so each consumer warpgroup owns 64 query rows; one more
   // warpgroup produces and gives most of its registers to the consumers: its first warp issues
-  // every TMA load, and for FP8 its other three transpose V. Per thread, producer + consumers
-  // registers stay within the 512 of the 64K register file; FP8's transposing warps need 40 (at
-  // 32, ptxas spills their pipeline state), which the consumers' fewer P registers leave room for.
+  // every TMA load, and for FP8 its other three transpose V. The split stays within the launch
+  // allocation (register_split.hpp); FP8's transposing warps need 40 (at 32, ptxas spills their
+  // pipeline state), which the consumers' fewer P registers leave room for.
   static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
   static constexpr int kNumMmaThreads = kNumConsumerWarpgroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
@@ -44,7 +46,7 @@ struct ForwardConfig {
   static constexpr int kProducerRegisters = kFp8 ? 40 : (kNumConsumerWarpgroups == 2 ? 24 : 32);
   static constexpr int kConsumerRegisters =
       kNumConsumerWarpgroups == 2 ? (kFp8 ? 232 : 240) : (kFp8 ? 152 : 160);
-  static_assert(kProducerRegisters + kNumConsumerWarpgroups * kConsumerRegisters <= 512);
+  static_assert(register_split_fits(kProducerRegisters, kConsumerRegisters, kNumConsumerWarpgroups));
 
   static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);
   static_assert(kBlockN % (kFp8 ? 32 : 16) == 0, "P.V consumes keys in WGMMA k-steps of 32 bytes");

@@ -26,6 +26,8 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "sm90/kernel/register_split.hpp"
+
 namespace hopattn::sm90 {
 
 using namespace cute;
@@ -57,9 +59,10 @@ struct BackwardConfig {
   static constexpr int kNumMmaThreads = kNumConsumerWarpgroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
   // dK and dV accumulate in registers across the whole key block's life: the consumers take all
-  // but the producer's 24 (24 + 2 x 240 <= 512 per thread of a warpgroup triple).
+  // but the producer's 24 (register_split.hpp).
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
+  static_assert(register_split_fits(kProducerRegisters, kConsumerRegisters, kNumConsumerWarpgroups));
 
   static_assert(kBlockN == (kSplitHeadDim ? 64 : 64 * kNumConsumerWarpgroups),
                 "a warpgroup's 64 keys, or one block of 64 the warpgroups share");
