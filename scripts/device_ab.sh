@@ -11,7 +11,12 @@
 # benchmark times (forward_fp8_bf16_hdim256,forward_bf16_hdim256,...: generate.py --only), so the
 # default sweep is head_dim 128 (--head-dims for others, with their kernels).
 #   usage: scripts/device_ab.sh [--varlen | --fp8 | --backward] [--kernels all | NAME,...]
-#          [--head-dims "128"] [--seqlens "1024 2048 8192 16384"] NAME=EDIT ...
+#          [--head-dims "128"] [--seqlens "1024 2048 8192 16384"] [--no-fa3] NAME=EDIT ...
+#      or: scripts/device_ab.sh [...] --prebuilt DIR NAME ...
+# --prebuilt DIR: the libraries were built beforehand (build_variant.sh on another machine, then
+# each .variants/NAME/src/libhopattn.so copied to DIR/NAME.so, the tree's own as DIR/base.so; carry
+# DIR): nothing is built here but FA3. --no-fa3: nor FA3, for an A/B read as ratios to the base
+# (the peers' columns then say why they are missing). Together they leave a call its timed run.
 #   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
 #   the device returns a few files per call)
 set -uo pipefail
@@ -21,6 +26,7 @@ L=$(mktemp -d)/logs
 mkdir -p "$R" "$L"
 trap 'tar czf "$R/logs_ab.tar.gz" -C "$(dirname "$L")" logs' EXIT
 varlen=0 fp8=0 backward=0 kernels=representative head_dims=128 seqlens="1024 2048 8192 16384"
+prebuilt="" fa3=1
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --varlen) varlen=1; shift ;;
@@ -29,12 +35,17 @@ while [[ $# -gt 0 && $1 == --* ]]; do
     --kernels) kernels=$2; shift 2 ;;
     --head-dims) head_dims=$2; shift 2 ;;
     --seqlens) seqlens=$2; shift 2 ;;
+    --prebuilt) prebuilt=$(realpath "$2"); shift 2 ;;
+    --no-fa3) fa3=0; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 for experiment in "$@"; do  # every argument checked before anything is built
   name=${experiment%%=*}
-  if [[ $experiment != *=* || -z $name || $name == base ]]; then
+  if [[ -n $prebuilt && ! -f $prebuilt/$experiment.so ]]; then
+    echo "device_ab.sh: --prebuilt: no $prebuilt/$experiment.so" >&2
+    exit 2
+  elif [[ -z $prebuilt && ($experiment != *=* || -z $name || $name == base) ]]; then
     echo "device_ab.sh: '$experiment' is not NAME=EDIT with a NAME other than 'base'" >&2
     exit 2
   fi
@@ -44,39 +55,44 @@ features="" && ((varlen)) && features=varlen
 ((fp8)) && features=fp8
 ((backward)) && features=backward
 fa3_dir=$PWD/build-fa3-ab${features:+-$features}
-(MAX_JOBS=4 bash scripts/build_fa3_peer.sh .peers/fa3.tar.gz "$fa3_dir" $features >"$L/fa3_build.log" 2>&1) &
-pids=$!
-(JOBS=3 bash scripts/build_variant.sh base true "$kernels" >"$L/build_base.log" 2>&1) &
+pids=""
+if ((fa3)); then
+  (MAX_JOBS=4 bash scripts/build_fa3_peer.sh .peers/fa3.tar.gz "$fa3_dir" $features >"$L/fa3_build.log" 2>&1) &
+  pids=$!
+fi
+library_of() { if [[ -n $prebuilt ]]; then echo "$prebuilt/$1.so"; else echo "$PWD/.variants/$1/src/libhopattn.so"; fi; }
+[[ -z $prebuilt ]] && (JOBS=3 bash scripts/build_variant.sh base true "$kernels" >"$L/build_base.log" 2>&1) &
 pids="$pids $!"
 names=()
 for experiment in "$@"; do
   name=${experiment%%=*}
   names+=("$name")
-  (JOBS=3 bash scripts/build_variant.sh "$name" "${experiment#*=}" "$kernels" >"$L/build_$name.log" 2>&1) &
+  [[ -z $prebuilt ]] && (JOBS=3 bash scripts/build_variant.sh "$name" "${experiment#*=}" "$kernels" >"$L/build_$name.log" 2>&1) &
   pids="$pids $!"
 done
 for pid in $pids; do wait "$pid"; done
-for log in "$L"/build_*.log; do echo "== $(basename "$log" .log)"; tail -4 "$log"; done
-tail -1 "$L/fa3_build.log"
+for log in "$L"/build_*.log; do [[ -f $log ]] && echo "== $(basename "$log" .log)" && tail -4 "$log"; done
+((fa3)) && tail -1 "$L/fa3_build.log"
 # build_variant.sh leaves no library where a build failed: such an experiment is left out, and
 # without the base there is nothing to compare.
-[[ -f .variants/base/src/libhopattn.so ]] || { echo "device_ab.sh: the base build failed" >&2; exit 1; }
-export PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=$fa3_dir/fa/hopper
+[[ -f $(library_of base) ]] || { echo "device_ab.sh: the base build failed" >&2; exit 1; }
+export PYTHONPATH=$PWD/python
+((fa3)) && export HOPATTN_FA3_PATH=$fa3_dir/fa/hopper
 operation=forward && ((fp8)) && operation=fp8
 ((backward)) && operation=backward
 # Each build first runs small calls against a float64 reference (bench/variant_smoke.py): an
 # experiment that hangs or is wrong is left out, rather than stalling or skewing the timed run.
 smoke() {
   # shellcheck disable=SC2086
-  HOPATTN_LIBRARY=$PWD/.variants/$1/src/libhopattn.so timeout 120 python3 bench/variant_smoke.py "$operation" \
+  HOPATTN_LIBRARY=$(library_of "$1") timeout 120 python3 bench/variant_smoke.py "$operation" \
     --head-dims $head_dims 2>&1 | tail -8 | sed "s/^/$1: /"
   return "${PIPESTATUS[0]}"
 }
 smoke base || { echo "device_ab.sh: the base build failed its smoke test" >&2; exit 1; }
-export HOPATTN_LIBRARY=$PWD/.variants/base/src/libhopattn.so
+export HOPATTN_LIBRARY=$(library_of base)
 variants=()
 for name in "${names[@]}"; do
-  library=$PWD/.variants/$name/src/libhopattn.so
+  library=$(library_of "$name")
   if [[ ! -f $library ]]; then echo "== $name: build failed, left out"
   elif ! smoke "$name"; then echo "== $name: smoke test failed or timed out, left out"
   else variants+=(--variant "$name=$library"); fi
