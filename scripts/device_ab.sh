@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 R=${OUT:-$PWD/device-out}
 L=$(mktemp -d)/logs
 mkdir -p "$R" "$L"
-trap 'tar czf "$R/logs_ab.tar.gz" -C "$(dirname "$L")" logs' EXIT
+trap 'tar czf "$R/logs_ab${features:+_$features}.tar.gz" -C "$(dirname "$L")" logs' EXIT
 varlen=0 fp8=0 backward=0 kernels=representative head_dims=128 seqlens="1024 2048 8192 16384"
 prebuilt="" fa3=1
 while [[ $# -gt 0 && $1 == --* ]]; do
