@@ -8,16 +8,10 @@ import sys
 import torch
 
 import hopattn
+from bench_backward import reference_gradients
+from bench_fp8 import reference
 
 TOLERANCE = {"forward": 2e-2, "fp8": 8e-2, "backward": 3e-2}  # relative error, far above each path's
-
-
-def reference(q, k, v, causal):
-    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
-    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    if causal:
-        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1 + s.shape[-1] - s.shape[-2]), float("-inf"))
-    return (s.softmax(-1) @ v).transpose(1, 2)
 
 
 def relative_error(a, b):
@@ -28,18 +22,14 @@ def check(operation, head_dim, causal, seqlen):
     gen = torch.Generator(device="cuda").manual_seed(head_dim + causal)
     q, k, v = (torch.randn(2, seqlen, 4, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
                for _ in range(3))
-    expected = reference(q, k, v, causal)
-    if operation == "fp8":
-        return relative_error(hopattn.attention_fp8(q, k, v, causal=causal), expected)
-    if operation == "forward":
-        return relative_error(hopattn.attention(q, k, v, causal=causal), expected)
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
-    grad_out = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=gen)
-    hopattn.attention(q, k, v, causal=causal).backward(grad_out)
-    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    reference(*leaves, causal).backward(grad_out.double())
-    return max(relative_error(t.grad, leaf.grad) for t, leaf in zip((q, k, v), leaves))
-
+    if operation == "backward":
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        grad_out = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+        hopattn.attention(q, k, v, causal=causal).backward(grad_out)
+        expected = reference_gradients(q, k, v, grad_out, causal)
+        return max(relative_error(t.grad, ref) for t, ref in zip((q, k, v), expected))
+    run = hopattn.attention_fp8 if operation == "fp8" else hopattn.attention
+    return relative_error(run(q, k, v, causal=causal), reference(q, k, v, causal))
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -224,6 +224,8 @@ TEST(Sm90RegisterSplit, StaysWithinTheLaunchAllocation) {
   EXPECT_TRUE(register_split_fits(32, 160, 3));   // 16-bit forward, three consumer warpgroups
   EXPECT_FALSE(register_split_fits(32, 240, 2));  // 65,536 > 168 x 384: hung
   EXPECT_FALSE(register_split_fits(20, 240, 2));  // not a multiple of 8
+  EXPECT_FALSE(register_split_fits(16, 160, 3));  // below setmaxnreg's 24
+  EXPECT_FALSE(register_split_fits(24, 264, 1));  // above its 256
 }
 
 }  // namespace

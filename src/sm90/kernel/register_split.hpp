@@ -24,7 +24,8 @@ constexpr int launch_registers_per_thread(int threads) {
 // `consumer_warpgroups` warpgroups `consumer`; both must be multiples of 8 in [24, 256].
 constexpr bool register_split_fits(int producer, int consumer, int consumer_warpgroups) {
   const int threads = (1 + consumer_warpgroups) * kWarpgroupThreads;
-  return producer % 8 == 0 && consumer % 8 == 0 && producer >= 24 && consumer <= 256 &&
+  const auto settable = [](int registers) { return registers % 8 == 0 && registers >= 24 && registers <= 256; };
+  return settable(producer) && settable(consumer) &&
          kWarpgroupThreads * (producer + consumer_warpgroups * consumer) <=
              launch_registers_per_thread(threads) * threads;
 }
