@@ -61,4 +61,22 @@ HOPATTN_HOST_DEVICE TileVisibility tile_visibility(bool causal, int64_t first_ro
   return t;
 }
 
+// Score cells a forward computes over (seqlen_q, seqlen_k) with tiles of block_rows queries and
+// block_keys keys: every query block computes whole tiles, of each key block that some row of it
+// sees (the kernels' key_block_end), its rows past seqlen_q included. Against the seqlen_q x
+// seqlen_k (or, causal, the visible) cells, the waste of a tile shape: the last query block's
+// padding and the masked part of the causal diagonal's blocks.
+inline int64_t computed_score_cells(bool causal, int64_t seqlen_q, int64_t seqlen_k, int block_rows,
+                                    int block_keys) {
+  const int64_t query_blocks = (seqlen_q + block_rows - 1) / block_rows;
+  const int64_t tile_cells = int64_t(block_rows) * block_keys;
+  if (!causal) return query_blocks * ((seqlen_k + block_keys - 1) / block_keys) * tile_cells;
+  int64_t cells = 0;
+  for (int64_t m = 0; m < query_blocks; ++m) {
+    const int64_t last_row = (m + 1) * block_rows < seqlen_q ? (m + 1) * block_rows - 1 : seqlen_q - 1;
+    cells += (causal_key_end(last_row, seqlen_q, seqlen_k) + block_keys - 1) / block_keys * tile_cells;
+  }
+  return cells;
+}
+
 }  // namespace hopattn

@@ -69,15 +69,29 @@ Status launch_forward_kernel(Problem const& problem, DeviceShape const& device, 
   return Status::kOk;
 }
 
-template <class Element, class ElementOut, int kHeadDim, class Problem>
-Status launch_forward_config(Problem const& problem, void* workspace) {
-  using Tiles = TileSize<kHeadDim, int(sizeof(Element))>;
+template <class Element, class ElementOut, int kHeadDim, class Tiles, class Problem>
+Status launch_forward_tiles(Problem const& problem, DeviceShape const& device, void* workspace) {
   using Config = ForwardConfig<Element, ElementOut, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
-  DeviceShape device;
-  if (Status status = current_device_shape(device); status != Status::kOk) return status;
   if (problem.causal) return launch_forward_kernel<Config, true, DynamicTileScheduler>(problem, device, workspace);
   return equal_tiles(problem) ? launch_forward_kernel<Config, false, StaticTileScheduler>(problem, device, workspace)
                               : launch_forward_kernel<Config, false, DynamicTileScheduler>(problem, device, workspace);
+}
+
+// The head_dim's tile, or its shorter one where that wastes less (tile_size.hpp). Variable-length
+// batches keep the long tile: their lengths are on the device.
+template <class Element, class ElementOut, int kHeadDim, class Problem>
+Status launch_forward_config(Problem const& problem, void* workspace) {
+  using Tiles = TileSize<kHeadDim, int(sizeof(Element))>;
+  using ShortTiles = ShortTileSize<kHeadDim, int(sizeof(Element))>;
+  DeviceShape device;
+  if (Status status = current_device_shape(device); status != Status::kOk) return status;
+  if constexpr (ShortTiles::kExists) {
+    if (!problem.seqlens.varlen() &&
+        prefer_short_tile<Tiles, ShortTiles>(problem.causal, problem.seqlens.seqlen_q, problem.seqlens.seqlen_k)) {
+      return launch_forward_tiles<Element, ElementOut, kHeadDim, ShortTiles>(problem, device, workspace);
+    }
+  }
+  return launch_forward_tiles<Element, ElementOut, kHeadDim, Tiles>(problem, device, workspace);
 }
 
 // Bytes of workspace launch_forward<Element, kHeadDim>(problem, ...) needs (the dynamic

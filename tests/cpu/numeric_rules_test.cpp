@@ -2,10 +2,12 @@
 // softmax exponent that never exceeds 0, the CPU exp2 clamped at both ends, NaN sums kept NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/causal_mask.hpp"
@@ -86,6 +88,33 @@ TEST(CausalMask, TileVisibilityEqualsTheRowRule) {
               ASSERT_EQ(tile.all_visible(), all) << causal << " " << seqlen_q << " " << seqlen_k;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// A forward's computed cells (a tile shape's waste) against counting, tile by tile, those with
+// some visible score within the sequence.
+TEST(CausalMask, ComputedScoreCellsCountTheTilesWithAVisibleScore) {
+  const int64_t lengths[] = {1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 300};
+  for (const auto [block_rows, block_keys] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{192, 128}}) {
+    for (bool causal : {false, true}) {
+      for (int64_t seqlen_q : lengths) {
+        for (int64_t seqlen_k : lengths) {
+          int64_t tiles = 0;
+          for (int64_t first_row = 0; first_row < seqlen_q; first_row += block_rows) {
+            for (int64_t first_key = 0; first_key < seqlen_k; first_key += block_keys) {
+              bool any = false;
+              for (int64_t row = first_row; row < std::min(seqlen_q, first_row + block_rows) && !any; ++row) {
+                any = first_key < visible_key_end(causal, row, seqlen_q, seqlen_k);
+              }
+              tiles += any;
+            }
+          }
+          ASSERT_EQ(computed_score_cells(causal, seqlen_q, seqlen_k, block_rows, block_keys),
+                    tiles * block_rows * block_keys)
+              << causal << " " << seqlen_q << " " << seqlen_k << " " << block_rows;
         }
       }
     }

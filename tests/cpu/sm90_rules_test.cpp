@@ -12,6 +12,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "sm90/kernel/register_split.hpp"
+#include "sm90/kernel/tile_size.hpp"
 #include "sm90/sm90_rules.hpp"
 
 namespace hopattn {
@@ -226,6 +227,20 @@ TEST(Sm90RegisterSplit, StaysWithinTheLaunchAllocation) {
   EXPECT_FALSE(register_split_fits(20, 240, 2));  // not a multiple of 8
   EXPECT_FALSE(register_split_fits(16, 160, 3));  // below setmaxnreg's 24
   EXPECT_FALSE(register_split_fits(24, 264, 1));  // above its 256
+}
+
+// Which problems head_dim 64 runs on its short tile (tile_size.hpp): the measured winners (causal
+// 512 and 1k) and tiny ones; the measured losers (causal 2k, non-causal 512 and 1k) and long ones
+// keep the long tile.
+TEST(Sm90TileChoice, ShortTileWhereTheLongOneWastesMost) {
+  using Long = sm90::TileSize<64, 2>;
+  using Short = sm90::ShortTileSize<64, 2>;
+  static_assert(Short::kExists && !sm90::ShortTileSize<128, 2>::kExists);
+  auto prefers = [](bool causal, int64_t seqlen) { return sm90::prefer_short_tile<Long, Short>(causal, seqlen, seqlen); };
+  for (int64_t seqlen : {1, 100, 512, 1000, 1024}) EXPECT_TRUE(prefers(true, seqlen)) << seqlen;
+  for (int64_t seqlen : {2048, 4096, 8192, 16384, 16385, 1 << 20}) EXPECT_FALSE(prefers(true, seqlen)) << seqlen;
+  for (int64_t seqlen : {1, 100}) EXPECT_TRUE(prefers(false, seqlen)) << seqlen;
+  for (int64_t seqlen : {512, 1000, 1024, 2048, 8192}) EXPECT_FALSE(prefers(false, seqlen)) << seqlen;
 }
 
 }  // namespace
