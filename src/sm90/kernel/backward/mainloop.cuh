@@ -308,18 +308,21 @@ struct BackwardMainloop {
       }
       Tensor p = convert_fragment<Element>(scores);
 
-      // dV += P^T dO from the registers goes in before dP's wait: the product reads P, so ptxas
-      // must keep the exponentials above it, under dP's product (it otherwise sinks them below
-      // the wait), and dS's arithmetic runs under dV's. With kSplitHeadDim, dV reads P^T from
-      // shared memory once both warpgroups stored theirs.
+      // dV += P^T dO goes in before dP's wait: the product reads P, so ptxas must keep the
+      // exponentials above it, under dP's product (it otherwise sinks them below the wait), and
+      // dS's arithmetic runs under dV's. With kSplitHeadDim, dV reads P^T from shared memory, once
+      // both warpgroups stored theirs (a barrier of its own, before dS's).
       const int buffer = step % Config::kdSBuffers;
       if constexpr (!kSplitHeadDim) {
         warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
                                      tdVrdOt(_, _, _, stage), dv);
-        warpgroup_wait<1>();
       } else {
-        warpgroup_wait<0>();
+        copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
+        cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
+        barrier_sync(kNumMmaThreads, BackwardBarrier::kPReady);
+        warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
       }
+      warpgroup_wait<1>();
       warpgroup_fence_operand(dp);
 
       // dS = P * (dP - D), from P before its rounding to the element type.
@@ -333,13 +336,9 @@ struct BackwardMainloop {
       }
       Tensor ds = convert_fragment<Element>(dp);
 
-      if constexpr (kSplitHeadDim) copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
       copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
-      if constexpr (kSplitHeadDim) {
-        warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
-      }
 
       // Q is free once dK retired. With one Q/dO stage (head_dim 256) the next step's load waits
       // for it, so it goes before dQ's second pass rather than after it (there, +40% backward time).
