@@ -4,10 +4,13 @@
 # skipped when its output already exists in this (warm) machine's build folders, so a run cut short
 # by the 10-minute limit continues in the next call. Logs go to $OUT/logs.tar.gz, the benchmark
 # JSON and PNG beside it; the last lines printed are the summary tables.
-#   usage: scripts/device_check.sh [quick|tests|bench|bench-backward|fp8|all]   (carry .deps and .peers)
-#     all: tests, bench and bench-backward in one call (about 9 minutes on a fresh machine)
+#   usage: scripts/device_check.sh [quick|tests|sanitizers|bench|bench-backward|fp8|all]
+#          (carry .deps and .peers)
+#     all: tests, sanitizers, bench and bench-backward (more than one call's 10 minutes: a warm
+#          machine keeps the build, so the modes can also go one per call)
 #     quick: the representative kernel only, its GPU tests (a first check of a new kernel)
-#     tests: every kernel, ptxas/SASS, every test, compute-sanitizer
+#     tests: every kernel, ptxas/SASS, every test, the CLI's default run
+#     sanitizers: compute-sanitizer's four tools on small shapes of the forward, backward and FP8
 #     bench: FlashAttention-3 build, forward sweep and varlen benchmark
 #     bench-backward: the backward sweep (FA3's backward is in the same FA3 build)
 #     fp8: the FP8 GPU tests, then the FP8 sweep with FA3's FP8 (its own build) and
@@ -81,6 +84,11 @@ tests)
   [[ $hung == *test_sm90_backward* ]] && pytest_filter=(-k "not cuda")  # they would hang the same way
   HOPATTN_SKIP_WHEEL_TEST=1 timeout 180 python3 -m pytest -q tests/python "${pytest_filter[@]}" >"$LOGS/pytest.log" 2>&1 || status=1
   tail -3 "$LOGS/pytest.log"
+  cli=$(find build-device -name hopattn-bench -type f | head -1)
+  "$cli" | tee "$LOGS/cli_default.txt" || status=1
+  ;;
+sanitizers)
+  [[ -f build-device/src/libhopattn.so ]] || build build-device all
   echo "== compute-sanitizer"
   binary=$(find build-device -name test_sm90_forward -type f | head -1)
   # Small shapes over every head_dim, both dtypes and masks: odd lengths, seqlen 1, GQA 2 and 8,
@@ -110,8 +118,6 @@ tests)
       echo "$tool fp8: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitizer_fp8_$tool.log" | tail -1) ($(grep -c '^\[       OK' "$LOGS/sanitizer_fp8_$tool.log") tests ok)"
     fi
   done
-  cli=$(find build-device -name hopattn-bench -type f | head -1)
-  "$cli" | tee "$LOGS/cli_default.txt" || status=1
   ;;
 bench)
   start_fa3_build "backward varlen"
@@ -166,12 +172,13 @@ fp8)
     2>"$LOGS/fp8_progress.log" | tee "$LOGS/fp8_table.txt" || status=1
   tail -5 "$LOGS/fp8_progress.log"
   ;;
-*) echo "unknown mode $1 (allowed: quick tests bench bench-backward fp8 all)" >&2; exit 2 ;;
+*) echo "unknown mode $1 (allowed: quick tests sanitizers bench bench-backward fp8 all)" >&2; exit 2 ;;
 esac
 }
 
 if [[ $mode == all ]]; then
   run_mode tests
+  run_mode sanitizers
   run_mode bench
   [[ $hung == *test_sm90_backward* ]] || run_mode bench-backward
 else
