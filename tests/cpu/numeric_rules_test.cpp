@@ -98,7 +98,7 @@ TEST(CausalMask, TileVisibilityEqualsTheRowRule) {
 // some visible score within the sequence.
 TEST(CausalMask, ComputedScoreCellsCountTheTilesWithAVisibleScore) {
   const int64_t lengths[] = {1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 300};
-  for (const auto [block_rows, block_keys] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{192, 128}}) {
+  for (const auto& [block_rows, block_keys] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{192, 128}}) {
     for (bool causal : {false, true}) {
       for (int64_t seqlen_q : lengths) {
         for (int64_t seqlen_k : lengths) {
