@@ -95,10 +95,10 @@ struct ShortTileSize<64, kElementBytes> {
 };
 
 // Computed cells per unit of time, the long tile over the short one, calibrated by an A/B of both
-// tiles (performance log, "head_dim 64's short tile"): the short tile won where the long one
-// computes 1.33-1.35x its cells (causal 512 and 1k: +15-18% 16-bit, +9% FP8) and lost at 1.11-1.125x
-// (causal 2k: -4% / -9%; non-causal up to 1k: -4% / -15%). Any value between holds every measured
-// choice; always taking the short tile lost 15-20% (16-bit) and 20-30% (FP8) at 8k.
+// tiles (performance log, "The short tile's threshold, calibrated"): the short tile won where the
+// long one computes 1.33-1.35x its cells (causal 512 and 1k: +15-18% 16-bit, +9% FP8 at 1k) and lost
+// at 1.11-1.125x (causal 2k: -4% / -9%; non-causal 512 and 1k: -1-4% / -15% at 1k). Any value between
+// holds every measured choice; always taking the short tile lost 15-20% (16-bit) and 20-30% (FP8) at 8k.
 constexpr double kLongTileAdvantage = 1.25;
 // Past this many query rows the long tile wastes under 3% anyway; the host loop stays short.
 constexpr int64_t kShortTileMaxRows = 16384;
