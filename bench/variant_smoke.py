@@ -31,6 +31,7 @@ def check(operation, head_dim, causal, seqlen):
     run = hopattn.attention_fp8 if operation == "fp8" else hopattn.attention
     return relative_error(run(q, k, v, causal=causal), reference(q, k, v, causal))
 
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("operation", choices=sorted(TOLERANCE))

@@ -44,6 +44,9 @@ build() {  # $1: build folder, $2: all | representative
   echo "== built $2 kernels (commit $commit)"
 }
 
+# The modes after `tests` reuse its build on a warm machine, or build it first.
+build_once() { [[ -f build-device/src/libhopattn.so ]] || build build-device all; }
+
 # A kernel that hangs must not take the whole call: each binary gets a bound well above its
 # normal run (about a minute), and a binary that hit it is not run under the sanitizers.
 hung=""
@@ -88,7 +91,7 @@ tests)
   "$cli" | tee "$LOGS/cli_default.txt" || status=1
   ;;
 sanitizers)
-  [[ -f build-device/src/libhopattn.so ]] || build build-device all
+  build_once
   echo "== compute-sanitizer"
   binary=$(find build-device -name test_sm90_forward -type f | head -1)
   # Small shapes over every head_dim, both dtypes and masks: odd lengths, seqlen 1, GQA 2 and 8,
@@ -121,7 +124,7 @@ sanitizers)
   ;;
 bench)
   start_fa3_build "backward varlen"
-  [[ -f build-device/src/libhopattn.so ]] || build build-device all
+  build_once
   [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
   lib=$(find build-device -name 'libhopattn.so' | head -1)
   export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_COMMIT=$commit
@@ -135,7 +138,7 @@ bench)
   ;;
 bench-backward)
   start_fa3_build "backward varlen"
-  [[ -f build-device/src/libhopattn.so ]] || build build-device all
+  build_once
   [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
   lib=$(find build-device -name 'libhopattn.so' | head -1)
   export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_COMMIT=$commit
@@ -146,7 +149,7 @@ bench-backward)
   ;;
 fp8)
   start_fa3_build "fp8"
-  [[ -f build-device/src/libhopattn.so ]] || build build-device all
+  build_once
   fp8_tests=$(find build-device -name test_sm90_fp8 -type f | head -1)
   echo "== test_sm90_fp8"
   # HOPATTN_FP8_TESTED=1: the tests mode just ran them on this build (device_check.sh tests).
