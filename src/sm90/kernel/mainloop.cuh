@@ -28,6 +28,7 @@
 #include "sm90/kernel/mask.cuh"
 #include "sm90/kernel/named_barriers.hpp"
 #include "sm90/kernel/softmax.cuh"
+#include "sm90/kernel/swizzled_offsets.hpp"
 #include "sm90/kernel/tile_scheduler.cuh"
 #include "sm90/kernel/tma.hpp"
 #include "sm90/kernel/wgmma.hpp"
@@ -265,33 +266,37 @@ struct ForwardMainloop {
   //    under the 128- or 64-byte swizzle (lanes u >= 4 swap their pair to match).
   // The loads are conflict-free likewise (eight consecutive keys).
   // Addresses are 32-bit shared-memory offsets through the layouts' swizzle (the buffers are
-  // aligned to its 1024-byte period), not CuTe's generic pointers, whose 64-bit arithmetic tripled
-  // the loop.
+  // aligned to its period), not CuTe's generic pointers, whose 64-bit arithmetic tripled the loop.
+  // Nor is each unit's address swizzled anew: it is the lane's address at the block's origin,
+  // XORed with the unit's offset below the swizzle period, plus the rest (SwizzledOffsets), one
+  // LOP3 per unit at most, the rest folded into the instructions' immediates.
   __device__ static void transpose_block(SharedStorage& shared, int v_stage, int vt_stage, int thread) {
-    using LayoutV = typename Config::SmemLayoutKV;
-    using LayoutVt = typename Config::SmemLayoutVt;
-    constexpr auto v_linear = get_nonswizzle_portion(LayoutV{});
-    constexpr auto v_swizzle = get_swizzle_portion(LayoutV{});
-    constexpr auto vt_linear = get_nonswizzle_portion(LayoutVt{});
-    constexpr auto vt_swizzle = get_swizzle_portion(LayoutVt{});
-    const uint32_t v_base = cast_smem_ptr_to_uint(shared.v.data());
-    const uint32_t vt_base = cast_smem_ptr_to_uint(shared.transpose.vt.data());
+    using LoadOffsets = SwizzledOffsets<typename Config::SmemLayoutKV>;
+    using StoreOffsets = SwizzledOffsets<typename Config::SmemLayoutVt>;
+    static_assert(LoadOffsets::decomposes(kLoadLaneRows, kLoadLaneColumns, kBlockN, 16, kHeadDim, 32, true),
+                  "V's swizzle does not split into a lane part and unit offsets");
+    static_assert(StoreOffsets::decomposes(kStoreLaneRows, 1, kHeadDim, 32, kBlockN, 16, false),
+                  "V^T's swizzle does not split into a lane part and unit offsets");
     constexpr uint32_t kWarps = kTransposeThreads / 32;
-    // Unsigned coordinates: the layouts' divisions by powers of two become shifts.
     const uint32_t warp = uint32_t(thread) / 32, lane = uint32_t(thread) % 32;
     const uint32_t matrix = lane / 8, matrix_row = lane % 8;  // the row address this lane gives
     const uint32_t load_key = matrix_row + 8 * (matrix % 2), load_dim = 16 * (matrix / 2);
     const uint32_t store_dim = 16 * (matrix / 2) + 2 * matrix_row + ((matrix % 2) ^ (matrix_row >= 4 ? 1 : 0));
     const bool swap = lane / 4 >= 4;
     const uint32_t first = swap ? 0x7531 : 0x6420, second = swap ? 0x6420 : 0x7531;
-    CUTE_UNROLL
-    for (uint32_t dim0 = 0; dim0 < kHeadDim; dim0 += 32) {
-      // Not unrolled: the producer warpgroup's registers are too few to hold every unit's addresses.
+    const uint32_t load_lane =
+        cast_smem_ptr_to_uint(shared.v.data()) + LoadOffsets::lane(load_key, load_dim, uint32_t(v_stage));
+    const uint32_t store_lane = cast_smem_ptr_to_uint(shared.transpose.vt.data()) +
+                                StoreOffsets::lane(store_dim, 0, uint32_t(vt_stage));
+    // Not unrolled: the producer warpgroup's registers are too few to hold every unit's addresses.
 #pragma unroll 1
-      for (uint32_t key0 = 16 * warp; key0 < kBlockN; key0 += 16 * kWarps) {
-        const uint32_t load = v_base + uint32_t(v_swizzle(v_linear(key0 + load_key, dim0 + load_dim, uint32_t(v_stage))));
-        const uint32_t store =
-            vt_base + uint32_t(vt_swizzle(vt_linear(dim0 + store_dim, key0, uint32_t(vt_stage))));
+    for (uint32_t key0 = 16 * warp; key0 < kBlockN; key0 += 16 * kWarps) {
+      const uint32_t load_keys = LoadOffsets::offset(load_lane, key0, 0);
+      const uint32_t store_keys = StoreOffsets::offset(store_lane, 0, key0);
+      CUTE_UNROLL
+      for (uint32_t dim0 = 0; dim0 < kHeadDim; dim0 += 32) {
+        const uint32_t load = LoadOffsets::offset(load_keys, 0, dim0);
+        const uint32_t store = StoreOffsets::offset(store_keys, dim0, 0);
         uint32_t r0, r1, r2, r3;
         asm volatile("ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -302,6 +307,9 @@ struct ForwardMainloop {
       }
     }
   }
+  // The coordinates a lane gives ldmatrix (keys x head_dim bytes of V) and stmatrix (head_dim
+  // rows of V^T): what SwizzledOffsets::decomposes checks over.
+  static constexpr int kLoadLaneRows = 16, kLoadLaneColumns = 32, kStoreLaneRows = 32;
 
   // A scale as the kernel uses it: a zero or negative one (which validation cannot see on this
   // backend) becomes NaN, so its rows come out NaN rather than silently wrong.

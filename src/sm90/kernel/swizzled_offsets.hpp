@@ -1,0 +1,61 @@
+// Byte offsets into a swizzled shared-memory layout, (row, column, stage) -> offset, for a loop
+// that walks units of a tile: each lane swizzles its own coordinates once, and a unit's address is
+// then that lane offset XORed with the unit's offset below the swizzle period, plus the rest. This
+// is exact when the unit's low part touches neither the bits the swizzle reads nor the lane's own
+// low bits; decomposes() checks it for every lane coordinate, unit and stage at compile time.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+namespace hopattn::sm90 {
+
+template <class SwizzledLayout>
+struct SwizzledOffsets {
+  // Functions rather than static members: a static member object is not usable in device code.
+  CUTE_HOST_DEVICE static constexpr auto linear() { return cute::get_nonswizzle_portion(SwizzledLayout{}); }
+  using Swizzle = decltype(cute::get_swizzle_portion(SwizzledLayout{}));
+  // Offsets that differ by a multiple of the period swizzle alike.
+  static constexpr uint32_t kPeriod = 1u << (Swizzle::num_bits + Swizzle::num_base + Swizzle::num_shft);
+  // The buffers are aligned to 1024 bytes, so their addresses can take the place of offset 0.
+  static_assert(kPeriod <= 1024);
+  static constexpr int kStages = decltype(cute::size<2>(SwizzledLayout{}))::value;
+
+  CUTE_HOST_DEVICE static constexpr uint32_t swizzled(uint32_t row, uint32_t col, uint32_t stage) {
+    return uint32_t(Swizzle{}(linear()(row, col, stage)));
+  }
+  // A lane's offset at the tile's origin.
+  CUTE_HOST_DEVICE static constexpr uint32_t lane(uint32_t row, uint32_t col, uint32_t stage) {
+    return swizzled(row, col, stage);
+  }
+  // `base` moved by the unit at (row0, col0).
+  CUTE_HOST_DEVICE static constexpr uint32_t offset(uint32_t base, uint32_t row0, uint32_t col0) {
+    const uint32_t unit = uint32_t(linear()(row0, col0, 0));
+    return (base ^ (unit % kPeriod)) + (unit - unit % kPeriod);
+  }
+
+  // Whether offset() gives the swizzled address for lanes at rows [0, lane_rows) and 16-byte
+  // columns [0, lane_cols), units at multiples of row_step below rows and col_step below cols,
+  // applied row unit first (rows_first) or column unit first. Stage 0 only, since a stage is a
+  // whole number of periods (the check stays within the compiler's constexpr budget).
+  static constexpr bool decomposes(int lane_rows, int lane_cols, int rows, int row_step, int cols, int col_step,
+                                   bool rows_first) {
+    if (kStages > 1 && uint32_t(linear()(0, 0, 1)) % kPeriod != 0) return false;
+    for (int lane_row = 0; lane_row < lane_rows; ++lane_row) {
+      for (int lane_col = 0; lane_col < lane_cols; lane_col += 16) {
+        const uint32_t at_origin = lane(lane_row, lane_col, 0);
+        for (int row0 = 0; row0 < rows; row0 += row_step) {
+          for (int col0 = 0; col0 < cols; col0 += col_step) {
+            const uint32_t got = rows_first ? offset(offset(at_origin, row0, 0), 0, col0)
+                                            : offset(offset(at_origin, 0, col0), row0, 0);
+            if (got != swizzled(lane_row + row0, lane_col + col0, 0)) return false;
+          }
+        }
+      }
+    }
+    return true;
+  }
+};
+
+}  // namespace hopattn::sm90
