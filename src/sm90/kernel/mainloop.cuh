@@ -273,9 +273,9 @@ struct ForwardMainloop {
   __device__ static void transpose_block(SharedStorage& shared, int v_stage, int vt_stage, int thread) {
     using LoadOffsets = SwizzledOffsets<typename Config::SmemLayoutKV>;
     using StoreOffsets = SwizzledOffsets<typename Config::SmemLayoutVt>;
-    static_assert(LoadOffsets::decomposes(kLoadLaneRows, kLoadLaneColumns, kBlockN, 16, kHeadDim, 32, true),
+    static_assert(LoadOffsets::decomposes(kLoadLaneRows, kLoadLaneColumns, kBlockN, 16, kHeadDim, 32),
                   "V's swizzle does not split into a lane part and unit offsets");
-    static_assert(StoreOffsets::decomposes(kStoreLaneRows, 1, kHeadDim, 32, kBlockN, 16, false),
+    static_assert(StoreOffsets::decomposes(kStoreLaneRows, 1, kHeadDim, 32, kBlockN, 16),
                   "V^T's swizzle does not split into a lane part and unit offsets");
     constexpr uint32_t kWarps = kTransposeThreads / 32;
     const uint32_t warp = uint32_t(thread) / 32, lane = uint32_t(thread) % 32;

@@ -2,7 +2,7 @@
 // that walks units of a tile: each lane swizzles its own coordinates once, and a unit's address is
 // then that lane offset XORed with the unit's offset below the swizzle period, plus the rest. This
 // is exact when the unit's low part touches neither the bits the swizzle reads nor the lane's own
-// low bits; decomposes() checks it for every lane coordinate, unit and stage at compile time.
+// low bits; decomposes() proves it at compile time for a walk's lanes and units.
 #pragma once
 
 #include <cstdint>
@@ -37,20 +37,23 @@ struct SwizzledOffsets {
 
   // Whether offset() gives the swizzled address for lanes at rows [0, lane_rows) and 16-byte
   // columns [0, lane_cols), units at multiples of row_step below rows and col_step below cols,
-  // applied row unit first (rows_first) or column unit first. Stage 0 only, since a stage is a
-  // whole number of periods (the check stays within the compiler's constexpr budget).
-  static constexpr bool decomposes(int lane_rows, int lane_cols, int rows, int row_step, int cols, int col_step,
-                                   bool rows_first) {
+  // applied in either order. Checked per axis, which keeps it within the compiler's constexpr
+  // budget: each row unit is a whole number of periods, added to the lane's rows without carry
+  // into another mode (the layout's modes add), so it moves every address by the same amount;
+  // each column unit is checked against every lane; a stage is a whole number of periods.
+  static constexpr bool decomposes(int lane_rows, int lane_cols, int rows, int row_step, int cols, int col_step) {
     if (kStages > 1 && uint32_t(linear()(0, 0, 1)) % kPeriod != 0) return false;
+    for (int row0 = 0; row0 < rows; row0 += row_step) {
+      const uint32_t unit = uint32_t(linear()(row0, 0, 0));
+      if (unit % kPeriod != 0) return false;
+      for (int lane_row = 0; lane_row < lane_rows; ++lane_row) {
+        if (uint32_t(linear()(lane_row + row0, 0, 0)) != uint32_t(linear()(lane_row, 0, 0)) + unit) return false;
+      }
+    }
     for (int lane_row = 0; lane_row < lane_rows; ++lane_row) {
       for (int lane_col = 0; lane_col < lane_cols; lane_col += 16) {
-        const uint32_t at_origin = lane(lane_row, lane_col, 0);
-        for (int row0 = 0; row0 < rows; row0 += row_step) {
-          for (int col0 = 0; col0 < cols; col0 += col_step) {
-            const uint32_t got = rows_first ? offset(offset(at_origin, row0, 0), 0, col0)
-                                            : offset(offset(at_origin, 0, col0), row0, 0);
-            if (got != swizzled(lane_row + row0, lane_col + col0, 0)) return false;
-          }
+        for (int col0 = 0; col0 < cols; col0 += col_step) {
+          if (offset(lane(lane_row, lane_col, 0), 0, col0) != swizzled(lane_row, lane_col + col0, 0)) return false;
         }
       }
     }
