@@ -285,9 +285,9 @@ struct ForwardMainloop {
     const bool swap = lane / 4 >= 4;
     const uint32_t first = swap ? 0x7531 : 0x6420, second = swap ? 0x6420 : 0x7531;
     const uint32_t load_lane =
-        cast_smem_ptr_to_uint(shared.v.data()) + LoadOffsets::lane(load_key, load_dim, uint32_t(v_stage));
+        cast_smem_ptr_to_uint(shared.v.data()) + LoadOffsets::swizzled(load_key, load_dim, uint32_t(v_stage));
     const uint32_t store_lane = cast_smem_ptr_to_uint(shared.transpose.vt.data()) +
-                                StoreOffsets::lane(store_dim, 0, uint32_t(vt_stage));
+                                StoreOffsets::swizzled(store_dim, 0, uint32_t(vt_stage));
     // Not unrolled: the producer warpgroup's registers are too few to hold every unit's addresses.
 #pragma unroll 1
     for (uint32_t key0 = 16 * warp; key0 < kBlockN; key0 += 16 * kWarps) {

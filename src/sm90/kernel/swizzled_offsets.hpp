@@ -22,12 +22,9 @@ struct SwizzledOffsets {
   static_assert(kPeriod <= 1024);
   static constexpr int kStages = decltype(cute::size<2>(SwizzledLayout{}))::value;
 
+  // The swizzled offset of (row, col, stage): a lane's address at the tile's origin.
   CUTE_HOST_DEVICE static constexpr uint32_t swizzled(uint32_t row, uint32_t col, uint32_t stage) {
     return uint32_t(Swizzle{}(linear()(row, col, stage)));
-  }
-  // A lane's offset at the tile's origin.
-  CUTE_HOST_DEVICE static constexpr uint32_t lane(uint32_t row, uint32_t col, uint32_t stage) {
-    return swizzled(row, col, stage);
   }
   // `base` moved by the unit at (row0, col0).
   CUTE_HOST_DEVICE static constexpr uint32_t offset(uint32_t base, uint32_t row0, uint32_t col0) {
@@ -53,7 +50,7 @@ struct SwizzledOffsets {
     for (int lane_row = 0; lane_row < lane_rows; ++lane_row) {
       for (int lane_col = 0; lane_col < lane_cols; lane_col += 16) {
         for (int col0 = 0; col0 < cols; col0 += col_step) {
-          if (offset(lane(lane_row, lane_col, 0), 0, col0) != swizzled(lane_row, lane_col + col0, 0)) return false;
+          if (offset(swizzled(lane_row, lane_col, 0), 0, col0) != swizzled(lane_row, lane_col + col0, 0)) return false;
         }
       }
     }
