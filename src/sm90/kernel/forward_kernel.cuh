@@ -57,7 +57,7 @@ struct ForwardKernel {
     __device__ bool has_rows() const { return coord.m_block * Config::kBlockM < seq.seqlen_q; }
   };
 
-  __device__ void operator()(Params const& params, char* shared_memory) {
+  __device__ __forceinline__ void operator()(Params const& params, char* shared_memory) {
     auto& storage = *reinterpret_cast<SharedStorage*>(shared_memory);
     auto& shared = storage.mainloop;
     const int warpgroup = cutlass::canonical_warp_group_idx();

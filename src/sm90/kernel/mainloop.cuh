@@ -319,11 +319,14 @@ struct ForwardMainloop {
   // with the normalised output in `output` and the per-row log-sum-exp in `lse`.
   // `v_pipeline` hands over the B operand of P V: V blocks (the TMA pipeline) for 16-bit inputs,
   // V^T blocks (the transpose pipeline) for FP8.
+  // Inlined with its step lambdas: at FP8 head_dim 256's 128 x 128 tile ptxas otherwise keeps a
+  // lambda a real call, with a stack frame of some 900 bytes in the key loop.
   template <class PvPipeline, class TensorO, class RowStats>
-  __device__ static void mma(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
-                             PvPipeline& v_pipeline, PipelineState& read_state, TileCoord const& tile,
-                             Sequence const& seq, Mask const& mask, int key_block_end, int work_idx,
-                             int thread_idx, TensorO& output, RowStats& lse) {
+  __device__ __forceinline__ static void mma(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
+                                             PvPipeline& v_pipeline, PipelineState& read_state,
+                                             TileCoord const& tile, Sequence const& seq, Mask const& mask,
+                                             int key_block_end, int work_idx, int thread_idx, TensorO& output,
+                                             RowStats& lse) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(pv_operand_buffer(shared)), typename Config::SmemLayoutVt{});
@@ -360,7 +363,7 @@ struct ForwardMainloop {
       Fp8Scales const& v_scales = params.descales.v;
       v_descale = usable_scale(__ldg(v_scales.data + v_scales.index(seq.tensor_batch, head_kv, 0)));
     }
-    auto softmax_step = [&](auto& scores, int n_block) {
+    auto softmax_step = [&](auto& scores, int n_block) CUTLASS_LAMBDA_FUNC_INLINE {
       if constexpr (kFp8) {
         typename Softmax::ChunkScales k_descale;
         CUTE_UNROLL
@@ -400,7 +403,7 @@ struct ForwardMainloop {
     RowVector<kRows> pending_rescale;
     fill(pending_rescale, 1.f);
 
-    auto overlapped_step = [&](int n_block, auto needs_mask) {
+    auto overlapped_step = [&](int n_block, auto needs_mask) CUTLASS_LAMBDA_FUNC_INLINE {
       Tensor next_scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
       k_pipeline.consumer_wait(k_state);
       v_pipeline.consumer_wait(v_state);

@@ -122,7 +122,7 @@ struct OnlineSoftmax {
     // One FFMA per score (fused_softmax_exponent) while every row of the warp has a max small
     // enough for it; otherwise an FADD and an FMUL (softmax_exponent), exact at any magnitude.
     // FP8 folds the descales into the FFMA's factor, and the exact form multiplies them in first.
-    auto exponentiate = [&](auto exponent_of) {
+    auto exponentiate = [&](auto exponent_of) CUTLASS_LAMBDA_FUNC_INLINE {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;

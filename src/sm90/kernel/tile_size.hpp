@@ -22,15 +22,17 @@
 // and V fit beside Q.
 //
 // FP8 inputs (e4m3). Consumers get 232 registers beside the transposing warps' 40 (152 for three
-// warpgroups); the K scales, per multiple of 128 keys, apply per chunk of gcd(kBlockN, 128) keys.
+// warpgroups), or 240 beside 24 where their fragments need it (config.hpp: head_dim 256); the K
+// scales, per multiple of 128 keys, apply per chunk of gcd(kBlockN, 128) keys.
 //   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V + Vt
 //   64        192 x 128          2       32 + 64 + 16           12 + 16 + 16 + 24 (O) =  68 KB
 //   128       128 x 192          2       64 + 96 + 24           16 + 48 + 48 + 48     = 160 KB
-//   256       128 x  96          2      128 + 48 + 12           32 + 48 + 48 + 64 (O) = 192 KB
+//   256       128 x 128          2      128 + 64 + 16           32 + 64 + 64 + 64     = 224 KB
 // Longer key blocks than 16-bit's halve the per-block costs per key (the row maxima's shuffles, the
 // O rescale, the pipeline handshakes), as FlashAttention-3's FP8 tiles (192 x 160, 128 x 224,
-// 128 x 128) do; as far as ptxas fits them without spills in the key loop: 192 x 160 spills 200 bytes
-// at 152 registers, and head_dim 256's 128 keys 240 bytes.
+// 128 x 128) do, as far as ptxas fits them: 192 x 160 spills 200 bytes at 152 registers; 128 x 224
+// at head_dim 128 spills in the key loop and ran 13-19% slower than 128 x 192; head_dim 256's
+// 128 x 128 ran 8-12% faster than 128 x 96 (performance log, FP8 f7).
 //
 // head_dim 64, 16-bit and FP8, has a second, shorter tile (ShortTileSize: 128 x 128, two consumer
 // warpgroups in pingpong) for the problems where 192 rows waste most: 192 does not divide the usual
@@ -80,7 +82,7 @@ struct TileSize<128, 1> {
 };
 template <>
 struct TileSize<256, 1> {
-  static constexpr int kBlockM = 128, kBlockN = 96, kStages = 2;
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
 };
 
 // The shorter tile of a head_dim that has one; kExists false elsewhere.
