@@ -15,24 +15,25 @@
 //     +inf (0x7f800000), so a block holding a NaN gets a NaN amax and one holding an infinity (and
 //     no NaN) +inf, as the CPU's nan_max gives; fp8_scale_of maps every NaN to one NaN.
 //
-// Work is split into tiles: up to kTileRows consecutive rows of one (batch, head), a CTA per tile
-// at a time (a grid-stride loop, so any number of tiles fits the grid). Within a tile a row belongs
-// to a group of `lanes` lanes of a warp (a power of two, up to 32), each holding `chunks` vectors of
-// kVec consecutive elements: element (j * lanes + sublane) * kVec + k sits in values[j][k]. kVec is
-// the widest load (up to 16 bytes) that head_dim and the alignment of x and out allow.
+// Work is split into tiles: up to 128 consecutive rows (64 for rows of 32 lanes) of one (batch,
+// head), a CTA per tile at a time (a grid-stride loop, so any number of tiles fits the grid).
+// Within a tile a row belongs to a group of `lanes` lanes of a warp (a power of two, up to 32),
+// each holding `chunks` vectors of kVec consecutive elements: element (j * lanes + sublane) * kVec
+// + k sits in values[j][k]. kVec is the widest load (up to 16 bytes) that head_dim and the
+// alignment of x and out allow. Each lane group takes kRowsPerThread rows of the tile and loads all
+// of them before it uses any, so that every thread keeps that many rows' loads in flight; the CTA
+// has as many warps as that takes to cover the tile (up to kMaxWarps).
 //
 // Two schedules:
-//   fused      block and head scales whose blocks are at most kTileRows rows: each tile holds
-//              whole blocks. The CTA reduces their amaxes in shared memory, writes their scales,
-//              then reads the tile again (from L2, where the first pass just left it) and writes
-//              the codes: x comes from DRAM once.
+//   fused      block and head scales whose blocks fit a tile: each tile holds whole blocks. The
+//              CTA reduces their amaxes in shared memory, writes their scales, and writes the
+//              codes of the rows its threads still hold: x is read once.
 //   two passes tensor scales, and longer blocks: an amax kernel reduces each tile in shared
 //              memory and folds the result into a workspace of one amax per scale (atomicMax on
 //              the bits; stream-ordered memory, zeroed first); then a codes kernel derives the
 //              scales of each tile from the workspace, writes the codes, and the tile holding the
-//              first row of a block writes its scale. x is read twice.
+//              first row of a block writes its scale. x is read twice, and rotated twice.
 // Either way each scale has one writer, and every element of out one.
-// Rotations are recomputed in the second read rather than kept, as on the CPU.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -54,18 +55,17 @@
 namespace hopattn::sm90 {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-// 4 CTAs of 256 threads per SM, so at most 64 registers: enough loads in flight to cover DRAM's
-// latency (each lane has 32 or 64 bytes of its row outstanding). The one-element vectors of
-// unaligned tensors (16 chunks of 1) take 3, with up to 80 registers, and so do not spill.
-template <int kVec>
-constexpr int kMinBlocksPerSm = kVec == 1 ? 3 : 4;
-// Rows of a tile; also the longest block the fused schedule takes (its shared memory holds one
-// amax and one scale per block of the tile, at most kTileRows).
-constexpr int kTileRows = 128;
 // Each lane's share of a row, kVec * chunks; 32 lanes of it bound head_dim.
 constexpr int kValuesPerLane = 16;
+// Rows a lane group holds at once: 4 x 16 values in registers, and 128 bytes (bf16) of loads in
+// flight per thread, which covers DRAM's latency at 16 warps per SM.
+constexpr int kRowsPerThread = 4;
+// Warps per CTA at most: 512 threads keep up to 128 registers each.
+constexpr int kMaxWarps = 16;
+constexpr int kMaxThreads = 32 * kMaxWarps;
+// Rows of a tile at most (32 rows per pass, kRowsPerThread passes); its shared memory holds one
+// amax and one scale per row at most (per block of the fused schedule, or the one or two of a tile).
+constexpr int kTileRows = 32 * kRowsPerThread;
 constexpr int64_t kMaxHeadDim = 32 * kValuesPerLane;  // 512, cpu::kMaxHeadDim
 
 // An unsigned integer (or vector of them) of kBytes bytes: what a lane loads or stores at once.
@@ -100,9 +100,11 @@ struct Params {
   int64_t seqlen, heads;
   Strides x_stride, out_stride;
   Fp8Scales layout;       // index(b, head, row): the one definition of a row's scale
-  int64_t tile_rows;      // rows per tile (fused: whole blocks)
+  int64_t tile_rows;      // rows per tile, up to rows_per_pass * kRowsPerThread (fused: whole blocks)
   int64_t tiles_per_head, tiles;
   int lanes, log2_lanes;  // lanes per row
+  int warps;              // per CTA: min(lanes, kMaxWarps), so 32 / lanes * warps rows per pass
+  int rows_per_pass;      // rows a CTA's lane groups take at once: 32, or 16 for rows of 32 lanes
   int chunks;             // vectors per lane that hold elements of the row
   int vectors;            // head_dim / kVec
   bool hadamard;
@@ -136,7 +138,7 @@ __device__ Tile tile_of(const Params& p, int64_t t) {
 // row: (phase + r) / block_rows, which is 0 or 1 for blocks longer than a tile.
 __device__ int slot_of(const Params& p, const Tile& tile, int r) {
   if (p.layout.scaling != Fp8Scaling::kBlock) return 0;
-  if (p.layout.block_rows > kTileRows) return r >= p.layout.block_rows - tile.phase ? 1 : 0;
+  if (p.layout.block_rows > p.tile_rows) return r >= p.layout.block_rows - tile.phase ? 1 : 0;
   return (static_cast<int>(tile.phase) + r) / static_cast<int>(p.layout.block_rows);
 }
 
@@ -165,18 +167,20 @@ struct RowLane {
   }
 };
 
-// fn(r, active) for every row begin + r of the tile, each lane group taking one row per pass;
-// `active` is false for the rows past the tile's end of the last pass, whose lanes still run
+// The rows begin + r of the tile that a lane group holds, r = row_in_tile(i) for i <
+// kRowsPerThread; a row is active when it lies in the tile. The lanes of inactive rows still run
 // (the rotation's shuffles need every lane of the warp).
-template <class Fn>
-__device__ void for_each_row(const Params& p, const Tile& tile, int warp_row, Fn&& fn) {
-  const int rows = static_cast<int>(tile.end - tile.begin);
-  const int rows_per_pass = kWarps * (32 >> p.log2_lanes);
-  for (int first = 0; first < rows; first += rows_per_pass) {
-    const int r = first + warp_row;
-    fn(r, r < rows);
-  }
-}
+template <int kVec, int kChunks>
+struct HeldRows {
+  float values[kRowsPerThread][kChunks][kVec];
+  int first, stride;
+  int rows;  // of the tile
+
+  __device__ HeldRows(const Params& p, const Tile& tile, int warp_row)
+      : first(warp_row), stride(p.rows_per_pass), rows(static_cast<int>(tile.end - tile.begin)) {}
+  __device__ int row_in_tile(int i) const { return first + i * stride; }
+  __device__ bool active(int i) const { return row_in_tile(i) < rows; }
+};
 
 // The lane's elements of row `row`, as float32 (zeros where the lane holds none, or !active).
 // kLastUse: the tile's last read of x, streamed past the caches.
@@ -289,17 +293,32 @@ __device__ uint32_t row_amax_bits(const Params& p, const float (&values)[kChunks
   return amax;
 }
 
-// Pass 1 over a tile: the amax of each of its blocks into slot_amax (zeroed by the caller).
-template <class Element, int kVec, int kChunks>
-__device__ void tile_amaxes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
-                            uint32_t* slot_amax) {
-  for_each_row(p, tile, lane.warp_row, [&](int r, bool active) {
-    float values[kChunks][kVec];
-    load_row<Element, kVec, kChunks, false>(p, tile, tile.begin + r, lane.sublane, active, values);
-    if (p.hadamard) rotate(p, lane, values);
-    const uint32_t amax = row_amax_bits(p, values);
-    if (active && lane.sublane == 0 && amax != 0) atomicMax(&slot_amax[slot_of(p, tile, r)], amax);
-  });
+// The tile's rows that `held` covers, loaded (all of them before any is used), then rotated.
+// Rows for which `wanted(i)` is false are not read (their values are zeros).
+template <class Element, int kVec, int kChunks, bool kLastUse, class Wanted>
+__device__ void load_held_rows(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
+                               HeldRows<kVec, kChunks>& held, Wanted&& wanted) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    load_row<Element, kVec, kChunks, kLastUse>(p, tile, tile.begin + held.row_in_tile(i), lane.sublane,
+                                               held.active(i) && wanted(i), held.values[i]);
+  }
+  if (!p.hadamard) return;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) rotate(p, lane, held.values[i]);
+}
+
+// The amax of each of the tile's blocks that `held` meets, into slot_amax (zeroed by the caller).
+template <int kVec, int kChunks>
+__device__ void held_amaxes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
+                            const HeldRows<kVec, kChunks>& held, uint32_t* slot_amax) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const uint32_t amax = row_amax_bits(p, held.values[i]);
+    if (held.active(i) && lane.sublane == 0 && amax != 0) {
+      atomicMax(&slot_amax[slot_of(p, tile, held.row_in_tile(i))], amax);
+    }
+  }
 }
 
 // from_float<float8_e4m3>(lo).bits | from_float<float8_e4m3>(hi).bits << 8, by the hardware's
@@ -314,7 +333,7 @@ __device__ void tile_amaxes(const Params& p, const Tile& tile, const RowLane<kVe
 // it rounds to magnitude 0 either way. Where the hardware's sign could differ from v's (a result
 // of zero, -0 or a negative value rounding to 0, and NaN, whose sign PTX drops), OR-ing in v's
 // sign bit, as the software does for every result, makes them agree: every other code already
-// carries v's sign. (In tile_codes no NaN reaches it anyway: a block holding one has a NaN scale
+// carries v's sign. (In store_held_codes no NaN reaches it anyway: a block holding one has a NaN scale
 // and NaN codes.) PTX puts the first source operand in the upper byte.
 __device__ uint32_t e4m3_codes(float lo, float hi) {
   uint16_t codes;
@@ -324,33 +343,33 @@ __device__ uint32_t e4m3_codes(float lo, float hi) {
   return static_cast<uint32_t>(codes) | signs;
 }
 
-// Pass 2 over a tile: the codes of each row, scale_of_slot(slot) being its block's scale.
-template <class Element, int kVec, int kChunks, class ScaleOfSlot>
-__device__ void tile_codes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
-                           ScaleOfSlot&& scale_of_slot) {
+// The codes of the held rows, scale_of_slot(slot) being a block's scale (a block whose scale is not
+// finite is all NaN codes).
+template <int kVec, int kChunks, class ScaleOfSlot>
+__device__ void store_held_codes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
+                                 const HeldRows<kVec, kChunks>& held, ScaleOfSlot&& scale_of_slot) {
   using Vector = typename BitsOf<kVec>::type;
-  for_each_row(p, tile, lane.warp_row, [&](int r, bool active) {
-    const float scale = active ? scale_of_slot(slot_of(p, tile, r)) : 1.f;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    if (!held.active(i)) continue;
+    const int r = held.row_in_tile(i);
+    const float scale = scale_of_slot(slot_of(p, tile, r));
     const bool finite = is_finite_bits(scale);
     const int64_t row = tile.begin + r;
-    float values[kChunks][kVec];
-    // A block whose scale is not finite is all NaN codes: its rows need not be read.
-    load_row<Element, kVec, kChunks, true>(p, tile, row, lane.sublane, active && finite, values);
-    if (p.hadamard) rotate(p, lane, values);
-    if (!active) return;
     uint8_t* out = p.out + tile.b * p.out_stride.batch + row * p.out_stride.seq + tile.head * p.out_stride.head;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
       const int vector = j * p.lanes + lane.sublane;
       if (j >= p.chunks || vector >= p.vectors) continue;
+      const float(&values)[kVec] = held.values[i][j];
       uint8_t codes[kVec];
       if (finite) {
         if constexpr (kVec == 1) {
-          codes[0] = static_cast<uint8_t>(e4m3_codes(ieee_div(values[j][0], scale), 0.f));
+          codes[0] = static_cast<uint8_t>(e4m3_codes(ieee_div(values[0], scale), 0.f));
         } else {
 #pragma unroll
           for (int k = 0; k < kVec; k += 2) {
-            const uint32_t pair = e4m3_codes(ieee_div(values[j][k], scale), ieee_div(values[j][k + 1], scale));
+            const uint32_t pair = e4m3_codes(ieee_div(values[k], scale), ieee_div(values[k + 1], scale));
             codes[k] = static_cast<uint8_t>(pair);
             codes[k + 1] = static_cast<uint8_t>(pair >> 8);
           }
@@ -363,7 +382,7 @@ __device__ void tile_codes(const Params& p, const Tile& tile, const RowLane<kVec
       memcpy(&bits, codes, sizeof bits);
       __stcs(reinterpret_cast<Vector*>(out) + vector, bits);
     }
-  });
+  }
 }
 
 // Whether the tile's slot s holds the first row of its scale's block, so that this tile writes the
@@ -380,49 +399,58 @@ __device__ bool writes_scale(const Params& p, const Tile& tile, int s) {
 }
 
 // The tile's scales from its amaxes (amax_bits_of_slot(s)) into slot_scale, and into p.scales by
-// their writers; then, after the barrier, the codes.
-template <class Element, int kVec, int kChunks, class AmaxOfSlot>
-__device__ void tile_scales_and_codes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
-                                      AmaxOfSlot&& amax_bits_of_slot, float* slot_scale) {
-  for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += kThreads) {
+// their writers; visible to the whole CTA on return.
+template <class AmaxOfSlot>
+__device__ void tile_scales(const Params& p, const Tile& tile, AmaxOfSlot&& amax_bits_of_slot, float* slot_scale) {
+  for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += static_cast<int>(blockDim.x)) {
     const float scale = fp8_scale_of(float_of_bits(amax_bits_of_slot(s)));
     slot_scale[s] = scale;
     if (writes_scale(p, tile, s)) p.scales[tile.first_scale + s] = scale;
   }
   __syncthreads();
-  tile_codes<Element>(p, tile, lane, [&](int slot) { return slot_scale[slot]; });
 }
 
+__device__ void zero_slots(const Tile& tile, uint32_t* slot_amax) {
+  for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += static_cast<int>(blockDim.x)) slot_amax[s] = 0;
+  __syncthreads();
+}
+
+struct EveryRow {
+  __device__ bool operator()(int) const { return true; }
+};
+
 template <class Element, int kVec>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kVec>) fused_kernel(const Params p) {
+__global__ void __launch_bounds__(kMaxThreads) fused_kernel(const Params p) {
   constexpr int kChunks = kValuesPerLane / kVec;
   __shared__ uint32_t slot_amax[kTileRows];
   __shared__ float slot_scale[kTileRows];
   const RowLane<kVec, kChunks> lane(p);
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const Tile tile = tile_of(p, t);
-    for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += kThreads) slot_amax[s] = 0;
+    // (The previous tile's reads of slot_scale all precede this barrier, so this tile may rewrite it.)
+    zero_slots(tile, slot_amax);
+    HeldRows<kVec, kChunks> held(p, tile, lane.warp_row);
+    load_held_rows<Element, kVec, kChunks, /*kLastUse=*/true>(p, tile, lane, held, EveryRow{});
+    held_amaxes(p, tile, lane, held, slot_amax);
     __syncthreads();
-    tile_amaxes<Element>(p, tile, lane, slot_amax);
-    // (The previous tile's reads of slot_scale all precede the barrier above, so this tile may
-    // rewrite it.)
-    __syncthreads();
-    tile_scales_and_codes<Element>(p, tile, lane, [&](int s) { return slot_amax[s]; }, slot_scale);
+    tile_scales(p, tile, [&](int s) { return slot_amax[s]; }, slot_scale);
+    store_held_codes(p, tile, lane, held, [&](int slot) { return slot_scale[slot]; });
   }
 }
 
 template <class Element, int kVec>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kVec>) amax_kernel(const Params p) {
+__global__ void __launch_bounds__(kMaxThreads) amax_kernel(const Params p) {
   constexpr int kChunks = kValuesPerLane / kVec;
   __shared__ uint32_t slot_amax[kTileRows];
   const RowLane<kVec, kChunks> lane(p);
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const Tile tile = tile_of(p, t);
-    for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += kThreads) slot_amax[s] = 0;
+    zero_slots(tile, slot_amax);
+    HeldRows<kVec, kChunks> held(p, tile, lane.warp_row);
+    load_held_rows<Element, kVec, kChunks, /*kLastUse=*/false>(p, tile, lane, held, EveryRow{});
+    held_amaxes(p, tile, lane, held, slot_amax);
     __syncthreads();
-    tile_amaxes<Element>(p, tile, lane, slot_amax);
-    __syncthreads();
-    for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += kThreads) {
+    for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += static_cast<int>(blockDim.x)) {
       if (slot_amax[s] != 0) atomicMax(&p.amax_bits[tile.first_scale + s], slot_amax[s]);
     }
     __syncthreads();  // before the next tile zeroes slot_amax
@@ -430,14 +458,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kVec>) amax_kernel(c
 }
 
 template <class Element, int kVec>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kVec>) codes_kernel(const Params p) {
+__global__ void __launch_bounds__(kMaxThreads) codes_kernel(const Params p) {
   constexpr int kChunks = kValuesPerLane / kVec;
   __shared__ float slot_scale[kTileRows];
   const RowLane<kVec, kChunks> lane(p);
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const Tile tile = tile_of(p, t);
-    tile_scales_and_codes<Element>(
-        p, tile, lane, [&](int s) { return __ldg(&p.amax_bits[tile.first_scale + s]); }, slot_scale);
+    tile_scales(p, tile, [&](int s) { return __ldg(&p.amax_bits[tile.first_scale + s]); }, slot_scale);
+    HeldRows<kVec, kChunks> held(p, tile, lane.warp_row);
+    // A block whose scale is not finite is all NaN codes: its rows need not be read.
+    load_held_rows<Element, kVec, kChunks, /*kLastUse=*/true>(p, tile, lane, held, [&](int i) {
+      return is_finite_bits(slot_scale[slot_of(p, tile, held.row_in_tile(i))]);
+    });
+    store_held_codes(p, tile, lane, held, [&](int slot) { return slot_scale[slot]; });
     __syncthreads();  // before the next tile rewrites slot_scale
   }
 }
@@ -475,21 +508,27 @@ Status check_launch(const char* kernel) {
 }
 
 // A grid of at most as many CTAs as the device holds at once; the kernels loop over the rest.
-// The SM count and the kernel's CTAs per SM are asked once per device (and kernel) and kept: the
+// The SM count and the kernel's CTAs per SM are asked once per device (and kernel and CTA size,
+// one of the log2(kMaxWarps) + 1 powers of two) and kept: the
 // occupancy query costs microseconds of host time, a sizeable share of a call that quantises a few
 // megabytes. A race between two threads only repeats the query, which gives the same answer.
 constexpr int kCachedDevices = 64;
 
 std::atomic<int> sm_count_of_device[kCachedDevices];
 
+constexpr int kCtaSizes = 5;  // 1, 2, 4, 8, 16 warps
+static_assert(kMaxWarps == 1 << (kCtaSizes - 1));
+
 template <auto kKernel>
-Status grid_size(int64_t tiles, unsigned& grid) {
-  static std::atomic<int> ctas_per_sm_of_device[kCachedDevices];
+Status grid_size(int64_t tiles, int warps, unsigned& grid) {
+  static std::atomic<int> ctas_per_sm_of_device[kCachedDevices][kCtaSizes];
+  int cta_size = 0;
+  while ((1 << cta_size) < warps) ++cta_size;
   int device = 0;
   if (const cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
   const bool cached = device >= 0 && device < kCachedDevices;
   int sm_count = cached ? sm_count_of_device[device].load(std::memory_order_relaxed) : 0;
-  int per_sm = cached ? ctas_per_sm_of_device[device].load(std::memory_order_relaxed) : 0;
+  int per_sm = cached ? ctas_per_sm_of_device[device][cta_size].load(std::memory_order_relaxed) : 0;
   if (sm_count == 0) {
     if (const cudaError_t error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
         error != cudaSuccess) {
@@ -499,12 +538,12 @@ Status grid_size(int64_t tiles, unsigned& grid) {
     if (cached) sm_count_of_device[device].store(sm_count, std::memory_order_relaxed);
   }
   if (per_sm == 0) {
-    if (const cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0);
+    if (const cudaError_t error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, 32 * warps, 0);
         error != cudaSuccess) {
       return cuda_failure("cudaOccupancyMaxActiveBlocksPerMultiprocessor", error);
     }
     per_sm = std::max(per_sm, 1);
-    if (cached) ctas_per_sm_of_device[device].store(per_sm, std::memory_order_relaxed);
+    if (cached) ctas_per_sm_of_device[device][cta_size].store(per_sm, std::memory_order_relaxed);
   }
   grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(per_sm) * sm_count));
   return Status::kOk;
@@ -513,17 +552,18 @@ Status grid_size(int64_t tiles, unsigned& grid) {
 template <class Element, int kVec>
 Status run(const QuantizeProblem& problem, Params p) {
   auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
+  const int threads = 32 * p.warps;
   unsigned grid = 0;
   if (p.amax_bits == nullptr) {  // fused
-    if (Status s = grid_size<fused_kernel<Element, kVec>>(p.tiles, grid); s != Status::kOk) return s;
-    fused_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
+    if (Status s = grid_size<fused_kernel<Element, kVec>>(p.tiles, p.warps, grid); s != Status::kOk) return s;
+    fused_kernel<Element, kVec><<<grid, threads, 0, stream>>>(p);
     return check_launch("the FP8 quantisation kernel");
   }
-  if (Status s = grid_size<amax_kernel<Element, kVec>>(p.tiles, grid); s != Status::kOk) return s;
-  amax_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
+  if (Status s = grid_size<amax_kernel<Element, kVec>>(p.tiles, p.warps, grid); s != Status::kOk) return s;
+  amax_kernel<Element, kVec><<<grid, threads, 0, stream>>>(p);
   if (Status s = check_launch("the FP8 amax kernel"); s != Status::kOk) return s;
-  if (Status s = grid_size<codes_kernel<Element, kVec>>(p.tiles, grid); s != Status::kOk) return s;
-  codes_kernel<Element, kVec><<<grid, kThreads, 0, stream>>>(p);
+  if (Status s = grid_size<codes_kernel<Element, kVec>>(p.tiles, p.warps, grid); s != Status::kOk) return s;
+  codes_kernel<Element, kVec><<<grid, threads, 0, stream>>>(p);
   return check_launch("the FP8 codes kernel");
 }
 
@@ -605,14 +645,19 @@ Status quantize_fp8(const QuantizeProblem& problem) {
     p.log2_lanes += 1;
   }
   p.chunks = (p.vectors + p.lanes - 1) / p.lanes;
+  // A warp takes 32 / lanes rows at once, so `lanes` warps take 32; rows of 32 lanes take 16 with
+  // kMaxWarps.
+  p.warps = std::min(p.lanes, kMaxWarps);
+  p.rows_per_pass = p.warps * (32 / p.lanes);
+  const int64_t tile_capacity = int64_t(p.rows_per_pass) * kRowsPerThread;
 
   const int64_t block_rows = problem.block_rows;  // seqlen for head and tensor scales
-  const bool fused = problem.scaling != Fp8Scaling::kTensor && block_rows <= kTileRows;
+  const bool fused = problem.scaling != Fp8Scaling::kTensor && block_rows <= tile_capacity;
   if (fused) {
-    const int64_t blocks_per_tile = std::min(std::max<int64_t>(1, kTileRows / block_rows), problem.blocks_per_head());
+    const int64_t blocks_per_tile = std::min(std::max<int64_t>(1, tile_capacity / block_rows), problem.blocks_per_head());
     p.tile_rows = blocks_per_tile * block_rows;
   } else {
-    p.tile_rows = kTileRows;
+    p.tile_rows = tile_capacity;
   }
   p.tiles_per_head = (problem.seqlen - 1) / p.tile_rows + 1;
   p.tiles = problem.batch * problem.heads * p.tiles_per_head;

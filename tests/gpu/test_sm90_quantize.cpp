@@ -412,6 +412,16 @@ std::vector<QuantizeCase> quantize_matrix() {
       cases.push_back(c);
     }
   }
+  // Rows of 32 lanes (head_dim 512) make tiles of 64 rows: blocks of 64 rows fuse, of 65 and 128
+  // take two passes, a block spanning two tiles.
+  for (const int64_t block_rows : {64, 65, 128}) {
+    QuantizeCase c;
+    c.head_dim = 512;
+    c.scaling = HOPATTN_FP8_SCALE_BLOCK;
+    c.block_rows = block_rows;
+    c.seqlen = 300;
+    cases.push_back(c);
+  }
   // Without it, head_dims of every vector width: 1 element (odd), 2, 4 and 8.
   for (const hopattn_dtype dtype : dtypes) {
     for (const int64_t head_dim : {1, 3, 6, 100, 200, 510, 511, 512}) {
