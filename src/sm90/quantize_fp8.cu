@@ -15,13 +15,12 @@
 //     +inf (0x7f800000), so a block holding a NaN gets a NaN amax and one holding an infinity (and
 //     no NaN) +inf, as the CPU's nan_max gives; fp8_scale_of maps every NaN to one NaN.
 //
-// Work is split into tiles: up to 128 consecutive rows (64 for rows of 32 lanes) of one (batch,
-// head), a CTA per tile at a time (a grid-stride loop, so any number of tiles fits the grid).
+// Work is split into tiles: consecutive rows of one (batch, head), a CTA per tile at a time (a grid-stride loop, so any number of tiles fits the grid).
 // Within a tile a row belongs to a group of `lanes` lanes of a warp (a power of two, up to 32),
 // each holding `chunks` vectors of kVec consecutive elements: element (j * lanes + sublane) * kVec
 // + k sits in values[j][k]. kVec is the widest load (up to 16 bytes) that head_dim and the
-// alignment of x and out allow. Each lane group takes kRowsPerThread rows of the tile and loads all
-// of them before it uses any, so that every thread keeps that many rows' loads in flight; the CTA
+// alignment of x and out allow. Each lane group takes a few rows of the tile and loads all of them
+// before it uses any, so that every thread keeps that many rows' loads in flight; the CTA
 // has as many warps as that takes to cover the tile (up to kMaxWarps).
 //
 // Two schedules:
@@ -57,15 +56,18 @@ namespace {
 
 // Each lane's share of a row, kVec * chunks; 32 lanes of it bound head_dim.
 constexpr int kValuesPerLane = 16;
-// Rows a lane group holds at once: 4 x 16 values in registers, and 128 bytes (bf16) of loads in
-// flight per thread, which covers DRAM's latency at 16 warps per SM.
-constexpr int kRowsPerThread = 4;
+// Rows a lane group holds at once. Fused: 4 (x 16 values in up to 128 registers), so that a tile
+// holds a whole block of 128 rows, with 128 bytes (bf16) of loads in flight per thread at 16 warps
+// per SM. Two passes: 2, with 64 registers, so that 32 warps per SM hide the latency of the
+// passes' barriers and loads (at 4 they ran 20% slower than one row at a time).
+constexpr int kFusedRowsPerThread = 4;
+constexpr int kTwoPassRowsPerThread = 2;
 // Warps per CTA at most: 512 threads keep up to 128 registers each.
 constexpr int kMaxWarps = 16;
 constexpr int kMaxThreads = 32 * kMaxWarps;
-// Rows of a tile at most (32 rows per pass, kRowsPerThread passes); its shared memory holds one
-// amax and one scale per row at most (per block of the fused schedule, or the one or two of a tile).
-constexpr int kTileRows = 32 * kRowsPerThread;
+// Rows of a tile at most (32 rows per pass); its shared memory holds one amax and one scale per row
+// at most (per block of the fused schedule, or the one or two of a tile of the two passes).
+constexpr int kTileRows = 32 * kFusedRowsPerThread;
 constexpr int64_t kMaxHeadDim = 32 * kValuesPerLane;  // 512, cpu::kMaxHeadDim
 
 // An unsigned integer (or vector of them) of kBytes bytes: what a lane loads or stores at once.
@@ -100,7 +102,7 @@ struct Params {
   int64_t seqlen, heads;
   Strides x_stride, out_stride;
   Fp8Scales layout;       // index(b, head, row): the one definition of a row's scale
-  int64_t tile_rows;      // rows per tile, up to rows_per_pass * kRowsPerThread (fused: whole blocks)
+  int64_t tile_rows;      // rows per tile, up to rows_per_pass * rows per thread (fused: whole blocks)
   int64_t tiles_per_head, tiles;
   int lanes, log2_lanes;  // lanes per row
   int warps;              // per CTA: min(lanes, kMaxWarps), so 32 / lanes * warps rows per pass
@@ -167,12 +169,13 @@ struct RowLane {
   }
 };
 
-// The rows begin + r of the tile that a lane group holds, r = row_in_tile(i) for i <
-// kRowsPerThread; a row is active when it lies in the tile. The lanes of inactive rows still run
-// (the rotation's shuffles need every lane of the warp).
-template <int kVec, int kChunks>
+// The rows begin + r of the tile that a lane group holds, r = row_in_tile(i) for i < kRows; a row
+// is active when it lies in the tile. The lanes of inactive rows still run (the rotation's
+// shuffles need every lane of the warp).
+template <int kRows_, int kVec, int kChunks>
 struct HeldRows {
-  float values[kRowsPerThread][kChunks][kVec];
+  static constexpr int kRows = kRows_;
+  float values[kRows][kChunks][kVec];
   int first, stride;
   int rows;  // of the tile
 
@@ -295,25 +298,25 @@ __device__ uint32_t row_amax_bits(const Params& p, const float (&values)[kChunks
 
 // The tile's rows that `held` covers, loaded (all of them before any is used), then rotated.
 // Rows for which `wanted(i)` is false are not read (their values are zeros).
-template <class Element, int kVec, int kChunks, bool kLastUse, class Wanted>
+template <class Element, int kRows, int kVec, int kChunks, bool kLastUse, class Wanted>
 __device__ void load_held_rows(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
-                               HeldRows<kVec, kChunks>& held, Wanted&& wanted) {
+                               HeldRows<kRows, kVec, kChunks>& held, Wanted&& wanted) {
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
+  for (int i = 0; i < kRows; ++i) {
     load_row<Element, kVec, kChunks, kLastUse>(p, tile, tile.begin + held.row_in_tile(i), lane.sublane,
                                                held.active(i) && wanted(i), held.values[i]);
   }
   if (!p.hadamard) return;
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) rotate(p, lane, held.values[i]);
+  for (int i = 0; i < kRows; ++i) rotate(p, lane, held.values[i]);
 }
 
 // The amax of each of the tile's blocks that `held` meets, into slot_amax (zeroed by the caller).
-template <int kVec, int kChunks>
+template <int kRows, int kVec, int kChunks>
 __device__ void held_amaxes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
-                            const HeldRows<kVec, kChunks>& held, uint32_t* slot_amax) {
+                            const HeldRows<kRows, kVec, kChunks>& held, uint32_t* slot_amax) {
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
+  for (int i = 0; i < kRows; ++i) {
     const uint32_t amax = row_amax_bits(p, held.values[i]);
     if (held.active(i) && lane.sublane == 0 && amax != 0) {
       atomicMax(&slot_amax[slot_of(p, tile, held.row_in_tile(i))], amax);
@@ -345,12 +348,12 @@ __device__ uint32_t e4m3_codes(float lo, float hi) {
 
 // The codes of the held rows, scale_of_slot(slot) being a block's scale (a block whose scale is not
 // finite is all NaN codes).
-template <int kVec, int kChunks, class ScaleOfSlot>
+template <int kRows, int kVec, int kChunks, class ScaleOfSlot>
 __device__ void store_held_codes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
-                                 const HeldRows<kVec, kChunks>& held, ScaleOfSlot&& scale_of_slot) {
+                                 const HeldRows<kRows, kVec, kChunks>& held, ScaleOfSlot&& scale_of_slot) {
   using Vector = typename BitsOf<kVec>::type;
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
+  for (int i = 0; i < kRows; ++i) {
     if (!held.active(i)) continue;
     const int r = held.row_in_tile(i);
     const float scale = scale_of_slot(slot_of(p, tile, r));
@@ -429,8 +432,8 @@ __global__ void __launch_bounds__(kMaxThreads) fused_kernel(const Params p) {
     const Tile tile = tile_of(p, t);
     // (The previous tile's reads of slot_scale all precede this barrier, so this tile may rewrite it.)
     zero_slots(tile, slot_amax);
-    HeldRows<kVec, kChunks> held(p, tile, lane.warp_row);
-    load_held_rows<Element, kVec, kChunks, /*kLastUse=*/true>(p, tile, lane, held, EveryRow{});
+    HeldRows<kFusedRowsPerThread, kVec, kChunks> held(p, tile, lane.warp_row);
+    load_held_rows<Element, kFusedRowsPerThread, kVec, kChunks, /*kLastUse=*/true>(p, tile, lane, held, EveryRow{});
     held_amaxes(p, tile, lane, held, slot_amax);
     __syncthreads();
     tile_scales(p, tile, [&](int s) { return slot_amax[s]; }, slot_scale);
@@ -446,8 +449,8 @@ __global__ void __launch_bounds__(kMaxThreads) amax_kernel(const Params p) {
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const Tile tile = tile_of(p, t);
     zero_slots(tile, slot_amax);
-    HeldRows<kVec, kChunks> held(p, tile, lane.warp_row);
-    load_held_rows<Element, kVec, kChunks, /*kLastUse=*/false>(p, tile, lane, held, EveryRow{});
+    HeldRows<kTwoPassRowsPerThread, kVec, kChunks> held(p, tile, lane.warp_row);
+    load_held_rows<Element, kTwoPassRowsPerThread, kVec, kChunks, /*kLastUse=*/false>(p, tile, lane, held, EveryRow{});
     held_amaxes(p, tile, lane, held, slot_amax);
     __syncthreads();
     for (int s = static_cast<int>(threadIdx.x); s < tile.scale_count; s += static_cast<int>(blockDim.x)) {
@@ -465,9 +468,9 @@ __global__ void __launch_bounds__(kMaxThreads) codes_kernel(const Params p) {
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const Tile tile = tile_of(p, t);
     tile_scales(p, tile, [&](int s) { return __ldg(&p.amax_bits[tile.first_scale + s]); }, slot_scale);
-    HeldRows<kVec, kChunks> held(p, tile, lane.warp_row);
+    HeldRows<kTwoPassRowsPerThread, kVec, kChunks> held(p, tile, lane.warp_row);
     // A block whose scale is not finite is all NaN codes: its rows need not be read.
-    load_held_rows<Element, kVec, kChunks, /*kLastUse=*/true>(p, tile, lane, held, [&](int i) {
+    load_held_rows<Element, kTwoPassRowsPerThread, kVec, kChunks, /*kLastUse=*/true>(p, tile, lane, held, [&](int i) {
       return is_finite_bits(slot_scale[slot_of(p, tile, held.row_in_tile(i))]);
     });
     store_held_codes(p, tile, lane, held, [&](int slot) { return slot_scale[slot]; });
@@ -649,15 +652,15 @@ Status quantize_fp8(const QuantizeProblem& problem) {
   // kMaxWarps.
   p.warps = std::min(p.lanes, kMaxWarps);
   p.rows_per_pass = p.warps * (32 / p.lanes);
-  const int64_t tile_capacity = int64_t(p.rows_per_pass) * kRowsPerThread;
+  const int64_t fused_capacity = int64_t(p.rows_per_pass) * kFusedRowsPerThread;
 
   const int64_t block_rows = problem.block_rows;  // seqlen for head and tensor scales
-  const bool fused = problem.scaling != Fp8Scaling::kTensor && block_rows <= tile_capacity;
+  const bool fused = problem.scaling != Fp8Scaling::kTensor && block_rows <= fused_capacity;
   if (fused) {
-    const int64_t blocks_per_tile = std::min(std::max<int64_t>(1, tile_capacity / block_rows), problem.blocks_per_head());
+    const int64_t blocks_per_tile = std::min(std::max<int64_t>(1, fused_capacity / block_rows), problem.blocks_per_head());
     p.tile_rows = blocks_per_tile * block_rows;
   } else {
-    p.tile_rows = tile_capacity;
+    p.tile_rows = int64_t(p.rows_per_pass) * kTwoPassRowsPerThread;
   }
   p.tiles_per_head = (problem.seqlen - 1) / p.tile_rows + 1;
   p.tiles = problem.batch * problem.heads * p.tiles_per_head;
