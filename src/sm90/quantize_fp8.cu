@@ -56,18 +56,22 @@ namespace {
 
 // Each lane's share of a row, kVec * chunks; 32 lanes of it bound head_dim.
 constexpr int kValuesPerLane = 16;
-// Rows a lane group holds at once. Fused: 4 (x 16 values in up to 128 registers), so that a tile
-// holds a whole block of 128 rows, with 128 bytes (bf16) of loads in flight per thread at 16 warps
-// per SM. Two passes: 2, with 64 registers, so that 32 warps per SM hide the latency of the
-// passes' barriers and loads (at 4 they ran 20% slower than one row at a time).
+// Rows a lane group holds at once, and warps per CTA. Fused: 4 rows (x 16 values in up to 128
+// registers) and one warp per lane of a row (up to kMaxWarps), so that a tile holds a whole block
+// of 128 rows, with 128 bytes (bf16) of loads in flight per thread. Two passes, whose tiles need
+// not hold whole blocks: 2 rows and 8 warps, with fewer registers, so that more CTAs per SM hide
+// the passes' barriers and loads (4 rows at 128 registers, and 16 warps at head_dim 256, ran
+// 20-55% slower than one row at a time: time_split_8de289a, time_split_0aad1d0).
 constexpr int kFusedRowsPerThread = 4;
-constexpr int kTwoPassRowsPerThread = 2;
-// Warps per CTA at most: 512 threads keep up to 128 registers each.
-constexpr int kMaxWarps = 16;
+constexpr int kMaxWarps = 16;  // 512 threads keep up to 128 registers each
 constexpr int kMaxThreads = 32 * kMaxWarps;
-// Rows of a tile at most (32 rows per pass); its shared memory holds one amax and one scale per row
-// at most (per block of the fused schedule, or the one or two of a tile of the two passes).
-constexpr int kTileRows = 32 * kFusedRowsPerThread;
+constexpr int kTwoPassRowsPerThread = 2;
+constexpr int kTwoPassWarps = 8;
+constexpr int kTwoPassThreads = 32 * kTwoPassWarps;
+// Scales a tile meets at most, for its shared memory's amax and scale per slot: a fused tile holds
+// up to 128 rows (32 per pass) in whole blocks; the two passes' tiles (512 / lanes rows) meet
+// blocks longer than 64 rows, at most 5 of them.
+constexpr int kTileSlots = 32 * kFusedRowsPerThread;
 constexpr int64_t kMaxHeadDim = 32 * kValuesPerLane;  // 512, cpu::kMaxHeadDim
 
 // An unsigned integer (or vector of them) of kBytes bytes: what a lane loads or stores at once.
@@ -105,8 +109,8 @@ struct Params {
   int64_t tile_rows;      // rows per tile, up to rows_per_pass * rows per thread (fused: whole blocks)
   int64_t tiles_per_head, tiles;
   int lanes, log2_lanes;  // lanes per row
-  int warps;              // per CTA: min(lanes, kMaxWarps), so 32 / lanes * warps rows per pass
-  int rows_per_pass;      // rows a CTA's lane groups take at once: 32, or 16 for rows of 32 lanes
+  int warps;              // per CTA (fused: min(lanes, kMaxWarps); two passes: kTwoPassWarps)
+  int rows_per_pass;      // rows a CTA's lane groups take at once: warps * 32 / lanes
   int chunks;             // vectors per lane that hold elements of the row
   int vectors;            // head_dim / kVec
   bool hadamard;
@@ -425,8 +429,8 @@ struct EveryRow {
 template <class Element, int kVec>
 __global__ void __launch_bounds__(kMaxThreads) fused_kernel(const Params p) {
   constexpr int kChunks = kValuesPerLane / kVec;
-  __shared__ uint32_t slot_amax[kTileRows];
-  __shared__ float slot_scale[kTileRows];
+  __shared__ uint32_t slot_amax[kTileSlots];
+  __shared__ float slot_scale[kTileSlots];
   const RowLane<kVec, kChunks> lane(p);
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const Tile tile = tile_of(p, t);
@@ -442,9 +446,9 @@ __global__ void __launch_bounds__(kMaxThreads) fused_kernel(const Params p) {
 }
 
 template <class Element, int kVec>
-__global__ void __launch_bounds__(kMaxThreads) amax_kernel(const Params p) {
+__global__ void __launch_bounds__(kTwoPassThreads, 3) amax_kernel(const Params p) {
   constexpr int kChunks = kValuesPerLane / kVec;
-  __shared__ uint32_t slot_amax[kTileRows];
+  __shared__ uint32_t slot_amax[kTileSlots];
   const RowLane<kVec, kChunks> lane(p);
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const Tile tile = tile_of(p, t);
@@ -461,9 +465,9 @@ __global__ void __launch_bounds__(kMaxThreads) amax_kernel(const Params p) {
 }
 
 template <class Element, int kVec>
-__global__ void __launch_bounds__(kMaxThreads) codes_kernel(const Params p) {
+__global__ void __launch_bounds__(kTwoPassThreads, 3) codes_kernel(const Params p) {
   constexpr int kChunks = kValuesPerLane / kVec;
-  __shared__ float slot_scale[kTileRows];
+  __shared__ float slot_scale[kTileSlots];
   const RowLane<kVec, kChunks> lane(p);
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     const Tile tile = tile_of(p, t);
@@ -650,12 +654,13 @@ Status quantize_fp8(const QuantizeProblem& problem) {
   p.chunks = (p.vectors + p.lanes - 1) / p.lanes;
   // A warp takes 32 / lanes rows at once, so `lanes` warps take 32; rows of 32 lanes take 16 with
   // kMaxWarps.
-  p.warps = std::min(p.lanes, kMaxWarps);
-  p.rows_per_pass = p.warps * (32 / p.lanes);
-  const int64_t fused_capacity = int64_t(p.rows_per_pass) * kFusedRowsPerThread;
+  const int fused_warps = std::min(p.lanes, kMaxWarps);
+  const int64_t fused_capacity = int64_t(fused_warps) * (32 / p.lanes) * kFusedRowsPerThread;
 
   const int64_t block_rows = problem.block_rows;  // seqlen for head and tensor scales
   const bool fused = problem.scaling != Fp8Scaling::kTensor && block_rows <= fused_capacity;
+  p.warps = fused ? fused_warps : kTwoPassWarps;
+  p.rows_per_pass = p.warps * (32 / p.lanes);
   if (fused) {
     const int64_t blocks_per_tile = std::min(std::max<int64_t>(1, fused_capacity / block_rows), problem.blocks_per_head());
     p.tile_rows = blocks_per_tile * block_rows;
