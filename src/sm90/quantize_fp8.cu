@@ -6,7 +6,8 @@
 //     (rotate() says why that is the same sequence of operations per element), its normalising
 //     factor taken from fast_walsh_hadamard itself (normalising_factor());
 //   - the scale is core/fp8_scale.hpp's fp8_scale_of, the code from_float<float8_e4m3>(value /
-//     scale) (computed by the hardware's conversion: e4m3_codes says why that is the same), and a block whose scale is not finite gets NaN codes (0x7f), as on the CPU;
+//     scale) (computed by the hardware's conversion: e4m3_codes says why that is the same), and a
+//     block whose scale is not finite gets NaN codes (0x7f), as on the CPU;
 //   - every rounding float operation is an ieee_* of core/fp8_scale.hpp (.rn PTX without .ftz:
 //     this library is compiled with --use_fast_math), and every test of a float goes through its
 //     bits;
@@ -15,13 +16,13 @@
 //     +inf (0x7f800000), so a block holding a NaN gets a NaN amax and one holding an infinity (and
 //     no NaN) +inf, as the CPU's nan_max gives; fp8_scale_of maps every NaN to one NaN.
 //
-// Work is split into tiles: consecutive rows of one (batch, head), a CTA per tile at a time (a grid-stride loop, so any number of tiles fits the grid).
-// Within a tile a row belongs to a group of `lanes` lanes of a warp (a power of two, up to 32),
-// each holding `chunks` vectors of kVec consecutive elements: element (j * lanes + sublane) * kVec
-// + k sits in values[j][k]. kVec is the widest load (up to 16 bytes) that head_dim and the
-// alignment of x and out allow. Each lane group takes a few rows of the tile and loads all of them
-// before it uses any, so that every thread keeps that many rows' loads in flight; the CTA
-// has as many warps as that takes to cover the tile (up to kMaxWarps).
+// Work is split into tiles: consecutive rows of one (batch, head), a CTA per tile at a time (a
+// grid-stride loop, so any number of tiles fits the grid). Within a tile a row belongs to a group
+// of `lanes` lanes of a warp (a power of two, up to 32), each holding `chunks` vectors of kVec
+// consecutive elements: element (j * lanes + sublane) * kVec + k sits in values[j][k]. kVec is the
+// widest load (up to 16 bytes) that head_dim and the alignment of x and out allow. Each lane group
+// takes a few rows of the tile and loads all of them before it uses any, so that every thread
+// keeps that many rows' loads in flight.
 //
 // Two schedules:
 //   fused      block and head scales whose blocks fit a tile: each tile holds whole blocks. The
@@ -57,11 +58,13 @@ namespace {
 // Each lane's share of a row, kVec * chunks; 32 lanes of it bound head_dim.
 constexpr int kValuesPerLane = 16;
 // Rows a lane group holds at once, and warps per CTA. Fused: 4 rows (x 16 values in up to 128
-// registers) and one warp per lane of a row (up to kMaxWarps), so that a tile holds a whole block
-// of 128 rows, with 128 bytes (bf16) of loads in flight per thread. Two passes, whose tiles need
-// not hold whole blocks: 2 rows and 8 warps, with fewer registers, so that more CTAs per SM hide
-// the passes' barriers and loads (4 rows at 128 registers, and 16 warps at head_dim 256, ran
-// 20-55% slower than one row at a time: time_split_8de289a, time_split_0aad1d0).
+// registers) and one warp per lane of a row (up to kMaxWarps), so that a tile holds whole blocks
+// of up to 128 rows (64 for rows of 32 lanes, head_dim 257-512, whose default 128-row blocks
+// therefore take two passes), with 128 bytes (bf16) of loads in flight per thread. Two passes,
+// whose tiles need not hold whole blocks: 2 rows and 8 warps (tiles of 512 / lanes rows), with
+// fewer registers, so that more CTAs per SM hide the passes' barriers and loads (4 rows at 128
+// registers, and 16 warps at head_dim 256, ran 20-55% slower than one row at a time:
+// time_split_8de289a, time_split_0aad1d0). The unaligned one-element vectors spill a little.
 constexpr int kFusedRowsPerThread = 4;
 constexpr int kMaxWarps = 16;  // 512 threads keep up to 128 registers each
 constexpr int kMaxThreads = 32 * kMaxWarps;
@@ -69,9 +72,10 @@ constexpr int kTwoPassRowsPerThread = 2;
 constexpr int kTwoPassWarps = 8;
 constexpr int kTwoPassThreads = 32 * kTwoPassWarps;
 // Scales a tile meets at most, for its shared memory's amax and scale per slot: a fused tile holds
-// up to 128 rows (32 per pass) in whole blocks; the two passes' tiles (512 / lanes rows) meet
-// blocks longer than 64 rows, at most 5 of them.
+// up to 32 * kFusedRowsPerThread rows in whole blocks, one slot per block; the two passes' tiles
+// (up to 512 rows) meet only blocks longer than a fused tile (64 rows or more), so at most 9.
 constexpr int kTileSlots = 32 * kFusedRowsPerThread;
+static_assert(kTwoPassWarps * 32 * kTwoPassRowsPerThread / 64 + 1 <= kTileSlots);
 constexpr int64_t kMaxHeadDim = 32 * kValuesPerLane;  // 512, cpu::kMaxHeadDim
 
 // An unsigned integer (or vector of them) of kBytes bytes: what a lane loads or stores at once.
@@ -176,9 +180,8 @@ struct RowLane {
 // The rows begin + r of the tile that a lane group holds, r = row_in_tile(i) for i < kRows; a row
 // is active when it lies in the tile. The lanes of inactive rows still run (the rotation's
 // shuffles need every lane of the warp).
-template <int kRows_, int kVec, int kChunks>
+template <int kRows, int kVec, int kChunks>
 struct HeldRows {
-  static constexpr int kRows = kRows_;
   float values[kRows][kChunks][kVec];
   int first, stride;
   int rows;  // of the tile
@@ -529,13 +532,13 @@ static_assert(kMaxWarps == 1 << (kCtaSizes - 1));
 template <auto kKernel>
 Status grid_size(int64_t tiles, int warps, unsigned& grid) {
   static std::atomic<int> ctas_per_sm_of_device[kCachedDevices][kCtaSizes];
-  int cta_size = 0;
-  while ((1 << cta_size) < warps) ++cta_size;
+  int log2_warps = 0;  // the CTA size's index
+  while ((1 << log2_warps) < warps) ++log2_warps;
   int device = 0;
   if (const cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
   const bool cached = device >= 0 && device < kCachedDevices;
   int sm_count = cached ? sm_count_of_device[device].load(std::memory_order_relaxed) : 0;
-  int per_sm = cached ? ctas_per_sm_of_device[device][cta_size].load(std::memory_order_relaxed) : 0;
+  int per_sm = cached ? ctas_per_sm_of_device[device][log2_warps].load(std::memory_order_relaxed) : 0;
   if (sm_count == 0) {
     if (const cudaError_t error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
         error != cudaSuccess) {
@@ -550,7 +553,7 @@ Status grid_size(int64_t tiles, int warps, unsigned& grid) {
       return cuda_failure("cudaOccupancyMaxActiveBlocksPerMultiprocessor", error);
     }
     per_sm = std::max(per_sm, 1);
-    if (cached) ctas_per_sm_of_device[device][cta_size].store(per_sm, std::memory_order_relaxed);
+    if (cached) ctas_per_sm_of_device[device][log2_warps].store(per_sm, std::memory_order_relaxed);
   }
   grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(per_sm) * sm_count));
   return Status::kOk;

@@ -356,8 +356,8 @@ TEST_P(Sm90Quantize, MatchesTheCpuBackendBitForBit) { expect_bitwise_equal_to_cp
 
 // Every scaling for one (dtype, head_dim, rotation): tensor and head scales over short (one tile)
 // and long heads, block scales of 128 (the FP8 kernel's tile), 1, 7, 64, 129 and 1000 rows over row
-// counts that are not multiples of them (blocks of up to 128 rows are the fused schedule's, longer
-// ones and tensor scales the two passes').
+// counts that are not multiples of them (blocks that fit a fused tile, up to 128 rows or 64 at
+// head_dim 257-512, are the fused schedule's; longer ones and tensor scales the two passes').
 void add_scalings(std::vector<QuantizeCase>& cases, QuantizeCase c) {
   const struct {
     hopattn_fp8_scaling scaling;
@@ -412,14 +412,37 @@ std::vector<QuantizeCase> quantize_matrix() {
       cases.push_back(c);
     }
   }
-  // Rows of 32 lanes (head_dim 512) make tiles of 64 rows: blocks of 64 rows fuse, of 65 and 128
-  // take two passes, a block spanning two tiles.
+  // Rows of 32 lanes (head_dim 512) make fused tiles of 64 rows: blocks of 64 rows fuse, of 65 and
+  // 128 take two passes (tiles of 16 rows, a block spanning several).
   for (const int64_t block_rows : {64, 65, 128}) {
     QuantizeCase c;
     c.head_dim = 512;
     c.scaling = HOPATTN_FP8_SCALE_BLOCK;
     c.block_rows = block_rows;
     c.seqlen = 300;
+    cases.push_back(c);
+  }
+  // Rows of one or two lanes (head_dim up to 32) make two-pass tiles of 512 or 256 rows, each
+  // holding several blocks longer than a fused tile, which start at any phase of the tile; more
+  // tiles than one-warp fused CTAs in flight at head_dim 8 with 16-row blocks.
+  for (const int64_t head_dim : {8, 16, 32}) {
+    for (const int64_t block_rows : {129, 200, 511}) {
+      QuantizeCase c;
+      c.head_dim = head_dim;
+      c.scaling = HOPATTN_FP8_SCALE_BLOCK;
+      c.block_rows = block_rows;
+      c.seqlen = 1100;
+      cases.push_back(c);
+    }
+  }
+  {
+    QuantizeCase c;
+    c.head_dim = 8;
+    c.scaling = HOPATTN_FP8_SCALE_BLOCK;
+    c.block_rows = 16;
+    c.batch = 1;
+    c.heads = 2;
+    c.seqlen = 300000;
     cases.push_back(c);
   }
   // Without it, head_dims of every vector width: 1 element (odd), 2, 4 and 8.
