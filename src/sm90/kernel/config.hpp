@@ -38,19 +38,21 @@ struct ForwardConfig {
   // warpgroup produces and gives most of its registers to the consumers: its first warp issues
   // every TMA load, and for FP8 its other three transpose V. The split stays within the launch
   // allocation (register_split.hpp): 24 + 2 x 240 or 32 + 3 x 160. FP8's transposing warps run
-  // best with 40, beside 2 x 232 or 3 x 152 (at 24 they spill their per-block state: 3-8% slower),
+  // best with 40, beside 2 x 232 or 3 x 152 (at 24 they spill their per-block state: 1-8% slower),
   // unless the consumers' fragments (O, S and P: kFragmentRegisters) reach 200 registers, as
   // head_dim 256's 128 x 128 tile does (208), whose key loop then needs 240.
   static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
   static constexpr int kNumMmaThreads = kNumConsumerWarpgroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
   static constexpr int kNumTransposeThreads = kFp8 ? 96 : 0;
+  // Per consumer thread: O (64 x head_dim / 128 floats), S (64 x kBlockN / 128) and P (S in pairs
+  // of 16-bit values, or quads of FP8).
   static constexpr int kFragmentRegisters = (kHeadDim + kBlockN) / 2 + kBlockN / (kFp8 ? 8 : 4);
-  static constexpr bool kTransposersGiveWay = !kFp8 || kFragmentRegisters >= 200;
+  static constexpr bool kWideConsumers = !kFp8 || kFragmentRegisters >= 200;  // 240 each
   static constexpr int kProducerRegisters =
-      kNumConsumerWarpgroups == 2 ? (kTransposersGiveWay ? 24 : 40) : (kFp8 ? 40 : 32);
+      kNumConsumerWarpgroups == 2 ? (kWideConsumers ? 24 : 40) : (kFp8 ? 40 : 32);
   static constexpr int kConsumerRegisters =
-      kNumConsumerWarpgroups == 2 ? (kTransposersGiveWay ? 240 : 232) : (kFp8 ? 152 : 160);
+      kNumConsumerWarpgroups == 2 ? (kWideConsumers ? 240 : 232) : (kFp8 ? 152 : 160);
   static_assert(register_split_fits(kProducerRegisters, kConsumerRegisters, kNumConsumerWarpgroups));
 
   static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);
