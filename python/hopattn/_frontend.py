@@ -47,21 +47,20 @@ class Layout:
             raise InvalidArgumentError(
                 f"{name}: expected {len(self.dims)} dimensions ({', '.join(self.dims)})"
                 f"{self.described_as}, got shape {shape}{hint}")
-        for dim, size in zip(self.dims, shape):
-            # Checked here, not only by the library: an empty torch tensor has no data pointer,
-            # and the library would report that first.
-            if size == 0:
-                raise InvalidArgumentError(f"{name}: {dim} is 0 (shape {shape}); every dimension "
-                                           "must be > 0")
-        batch_axis, *axes = self.abi_axes
+        # Checked here, not only by the library: an empty torch tensor has no data pointer, and
+        # the library would report that first.
+        if 0 in shape:
+            dim = self.dims[shape.index(0)]
+            raise InvalidArgumentError(f"{name}: {dim} is 0 (shape {shape}); every dimension "
+                                       "must be > 0")
+        # Spelt out rather than looped: every call of every operation passes here several times.
+        batch_axis, seq_axis, heads_axis, dim_axis = self.abi_axes
         if batch_axis is None:
             # A batch of one: its batch_stride is never stepped, so the packed extent will do.
-            abi_shape = (1, *(shape[a] for a in axes))
-            abi_strides = (shape[0] * strides[0], *(strides[a] for a in axes))
-        else:
-            abi_shape = tuple(shape[a] for a in self.abi_axes)
-            abi_strides = tuple(strides[a] for a in self.abi_axes)
-        return abi_shape, abi_strides
+            return ((1, shape[seq_axis], shape[heads_axis], shape[dim_axis]),
+                    (shape[0] * strides[0], strides[seq_axis], strides[heads_axis], strides[dim_axis]))
+        return ((shape[batch_axis], shape[seq_axis], shape[heads_axis], shape[dim_axis]),
+                (strides[batch_axis], strides[seq_axis], strides[heads_axis], strides[dim_axis]))
 
 
 _TO_VARLEN = "; a packed variable-length batch goes to hopattn.attention_varlen"
@@ -79,6 +78,9 @@ PACKED_Q = Layout("packed", ("total_q", "heads", "head_dim"), (None, 0, 1, 2), "
 PACKED_K = Layout("packed", ("total_k", "heads", "head_dim"), (None, 0, 1, 2), "", _TO_FIXED)
 
 _NUMPY_DTYPES = {"float32": DType.FLOAT32, "float16": DType.FLOAT16, "bfloat16": DType.BFLOAT16}
+# NumpyFrontend.dtype's answers by dtype object: a dtype's name is slow to make (microseconds, and
+# every call asks several times).
+_numpy_dtype_of = {}
 _TORCH_DTYPES = {"torch.float32": DType.FLOAT32, "torch.float16": DType.FLOAT16,
                  "torch.bfloat16": DType.BFLOAT16}
 # e4m3 codes (hopattn.quantize_fp8's output, hopattn.forward_fp8's input): their bits as uint8, or
@@ -230,10 +232,13 @@ class NumpyFrontend:
         return array, self.tensor(name, array, layout)
 
     def dtype(self, name, array) -> DType:
-        dtype = _NUMPY_DTYPES.get(array.dtype.name)  # bfloat16 from ml_dtypes: no import needed
+        dtype = _numpy_dtype_of.get(array.dtype)
         if dtype is None:
-            raise InvalidTypeError(f"{name}: dtype {array.dtype} is not supported; use float32, "
-                                   "float16 or bfloat16 (ml_dtypes)")
+            dtype = _NUMPY_DTYPES.get(array.dtype.name)  # bfloat16 from ml_dtypes: no import needed
+            if dtype is None:
+                raise InvalidTypeError(f"{name}: dtype {array.dtype} is not supported; use "
+                                       "float32, float16 or bfloat16 (ml_dtypes)")
+            _numpy_dtype_of[array.dtype] = dtype
         return dtype
 
     def tensor(self, name, array, layout) -> Tensor:
@@ -296,8 +301,9 @@ class NumpyFrontend:
         array = _as_abi_layout(array)
         return array, array.ctypes.data
 
-    def empty(self, shape, like):
-        return np.empty(shape, dtype=like.dtype)
+    def empty_like(self, array):
+        """A new C-order array of array's shape and dtype."""
+        return np.empty(array.shape, dtype=array.dtype)
 
     def empty_float32(self, shape):
         return np.empty(shape, dtype=np.float32)
@@ -342,25 +348,35 @@ class TorchFrontend:
 
     def check(self, name, t, layout):
         """What input() would refuse, from metadata alone: the ABI (shape, strides)."""
+        return self._checked(name, t, layout)[1:]
+
+    def _checked(self, name, t, layout):
+        """check()'s work: (DType, shape, strides), the last two in the ABI's order."""
         self.array(name, t)
-        if self.on_cuda and t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
+        strides = t.stride()
+        if self.on_cuda and strides and strides[-1] != 1 and t.numel() > 0:
             # A device copy would be a hidden allocation and launch on the caller's stream.
             raise InvalidArgumentError(
                 f"{name}: head_dim must be contiguous (stride 1) for CUDA tensors, got stride "
-                f"{t.stride(-1)}; call .contiguous() first")
-        self.dtype(name, t)
-        return layout.to_abi(name, t.shape, t.stride())
+                f"{strides[-1]}; call .contiguous() first")
+        dtype = self.dtype(name, t)
+        return (dtype, *layout.to_abi(name, t.shape, strides))
 
     def input(self, name, t, layout):
         # Torch has neither byte orders nor negative strides; what the ABI cannot read is a
         # head_dim that is not unit-stride, or (torch.frombuffer at an odd offset) an address
         # that is no multiple of the element size. Host tensors are copied, as NumPy arrays are.
-        self.check(name, t, layout)
-        if t.dim() > 0 and t.stride(-1) != 1 and t.numel() > 0:
+        dtype, shape, strides = self._checked(name, t, layout)
+        copied = False
+        if strides[3] != 1 and t.numel() > 0:
             t = t.contiguous()  # host memory only: check() refused it on CUDA
+            copied = True
         if not self.on_cuda and t.data_ptr() % t.element_size():
             t = t.clone(memory_format=self.torch.contiguous_format)  # a new, aligned buffer
-        return t, self.tensor(name, t, layout)
+            copied = True
+        if copied:
+            shape, strides = layout.to_abi(name, t.shape, t.stride())
+        return t, Tensor(t.data_ptr(), dtype, *shape, *strides[:3])
 
     def dtype(self, name, t) -> DType:
         dtype = _TORCH_DTYPES.get(str(t.dtype))
@@ -403,14 +419,14 @@ class TorchFrontend:
             t = t.contiguous()
         return t, t.data_ptr()
 
+    # The outputs are new tensors outside autograd (torch.empty records nothing), made with the
+    # fewest calls into torch: each costs microseconds of the call's host time.
     def empty_codes(self, shape):
-        with self.torch.no_grad():
-            return self.torch.empty(shape, dtype=self.torch.float8_e4m3fn, device=self.device)
+        return self.torch.empty(shape, dtype=self.torch.float8_e4m3fn, device=self.device)
 
     def empty_dtype(self, name, shape, dtype: DType):
         torch_dtype = self.torch.float16 if dtype == DType.FLOAT16 else self.torch.bfloat16
-        with self.torch.no_grad():
-            return self.torch.empty(shape, dtype=torch_dtype, device=self.device)
+        return self.torch.empty(shape, dtype=torch_dtype, device=self.device)
 
     @contextlib.contextmanager
     def quantize_options(self):
@@ -439,13 +455,12 @@ class TorchFrontend:
             t = t.contiguous()  # host memory only: check_int32_vector() refused it on CUDA
         return t, t.data_ptr()
 
-    def empty(self, shape, like):
-        with self.torch.no_grad():
-            return self.torch.empty(shape, dtype=like.dtype, device=self.device)
+    def empty_like(self, t):
+        """A new contiguous tensor of t's shape, dtype and device."""
+        return self.torch.empty_like(t, memory_format=self.torch.contiguous_format)
 
     def empty_float32(self, shape):
-        with self.torch.no_grad():
-            return self.torch.empty(shape, dtype=self.torch.float32, device=self.device)
+        return self.torch.empty(shape, dtype=self.torch.float32, device=self.device)
 
     def address(self, t):
         return t.data_ptr()

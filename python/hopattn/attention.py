@@ -68,7 +68,7 @@ def forward(fe, q, k, v, causal, softmax_scale, layout, return_lse):
     attention()."""
     (q, tq), (k, tk), (v, tv) = (fe.input(n, x, layout) for n, x in (("q", q), ("k", k), ("v", v)))
     check_qkv(q, k, v)
-    out = fe.empty(q.shape, like=q)
+    out = fe.empty_like(q)
     lse = fe.empty_float32((tq.batch, tq.heads, tq.seqlen)) if return_lse else None
     to = fe.tensor("o", out, layout)
     with fe.options(causal, softmax_scale) as options:
@@ -86,7 +86,7 @@ def backward(fe, grad_o, q, k, v, o, lse, causal, softmax_scale, layout, determi
     (q, tq), (k, tk), (v, tv), (o, to), (grad_o, t_do) = (
         fe.input(n, x, layout) for n, x in (("q", q), ("k", k), ("v", v), ("o", o),
                                             ("grad_o", grad_o)))
-    dq, dk, dv = (fe.empty(x.shape, like=x) for x in (q, k, v))
+    dq, dk, dv = (fe.empty_like(x) for x in (q, k, v))
     tdq, tdk, tdv = (fe.tensor(n, x, layout) for n, x in (("dq", dq), ("dk", dk), ("dv", dv)))
     with fe.backward_options(causal, softmax_scale, deterministic) as options:
         status = lib.hopattn_backward(

@@ -104,7 +104,7 @@ def forward(fe, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, ma
     check_qkv(q, k, v)
     metadata, varlen = describe_varlen(fe, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                                max_seqlen_k)
-    out = fe.empty(q.shape, like=q)
+    out = fe.empty_like(q)
     lse = fe.empty_float32((tq.heads, tq.seqlen)) if return_lse else None
     to = fe.tensor("o", out, PACKED_Q)
     with fe.options(causal, softmax_scale) as options:
@@ -127,7 +127,7 @@ def backward(fe, grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k,
             ("grad_o", grad_o, PACKED_Q)))
     metadata, varlen = describe_varlen(fe, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                                max_seqlen_k)
-    dq, dk, dv = (fe.empty(x.shape, like=x) for x in (q, k, v))
+    dq, dk, dv = (fe.empty_like(x) for x in (q, k, v))
     tdq, tdk, tdv = (fe.tensor(n, x, layout) for n, x, layout in (
         ("dq", dq, PACKED_Q), ("dk", dk, PACKED_K), ("dv", dv, PACKED_K)))
     with fe.backward_options(causal, softmax_scale, deterministic) as options:
