@@ -48,11 +48,11 @@ Status launch_forward_kernel(Problem const& problem, DeviceShape const& device, 
   }
   const int num_m_blocks = int(ceil_div(problem.seqlens.seqlen_q, int64_t(Config::kBlockM)));
   // K and V of one head, read by every query block of it; GQA heads of a group share them, which
-  // either order keeps adjacent. Half of L2 leaves room for Q, O and other streams.
+  // either order keeps adjacent.
   const int64_t kv_bytes = 2 * problem.seqlens.seqlen_k * problem.head_dim *
                            int64_t(sizeof(typename Config::Element)) / problem.heads_per_kv_head();
   const TileOrder order = TileOrder::make(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch),
-                                          kv_bytes, device.l2_bytes / 2, kCausal);
+                                          kv_bytes, device.l2_bytes, kCausal);
   params.scheduler = Scheduler::to_params(order, workspace);
 
   cudaError_t error;

@@ -1,13 +1,5 @@
 // Persistent tile schedulers: a grid of one CTA per SM, each CTA working through tiles of the
-// linear list of (query block, head, batch) tiles until the list is exhausted.
-//
-// The list's order (TileOrder) is chosen for L2. Equal tiles (no mask): the query block is the fast
-// index, so the CTAs resident at once cover the fewest (batch, head) pairs and stream each pair's K
-// and V in lockstep, from DRAM once (FlashAttention-3's grid order; sections of several heads had
-// twice the DRAM reads and 4-7% less speed, performance log v11). Tiles of unequal length (causal):
-// pairs are grouped into sections whose K and V fit in L2 together, and inside a section the query
-// block is the slow index and the head the fast one, so that later query blocks, which see more
-// keys, come first (longest-processing-time first).
+// linear list of (query block, head, batch) tiles (tile_order.hpp) until the list is exhausted.
 //
 // Equal tiles (fixed lengths, no mask) are dealt out statically: CTA c takes tiles c, c + grid, ...
 // Tiles of unequal length (causal, and variable-length batches) are taken dynamically from a global
@@ -19,39 +11,9 @@
 
 #include <cutlass/arch/barrier.h>
 
+#include "sm90/kernel/tile_order.hpp"
+
 namespace hopattn::sm90 {
-
-struct TileCoord {
-  int m_block, head, batch;
-};
-
-struct TileOrder {
-  int num_m_blocks, heads, batch;
-  int heads_per_section;  // (batch, head) pairs per section: 1 for equal tiles
-  int total_tiles;
-  bool longest_first;
-
-  // `kv_bytes_per_head`: the K and V bytes one (batch, head) streams; `l2_bytes`: the cache to fit;
-  // `longest_first`: tiles of unequal length, the later query blocks the longer.
-  static TileOrder make(int num_m_blocks, int heads, int batch, int64_t kv_bytes_per_head,
-                        int64_t l2_bytes, bool longest_first) {
-    const int64_t pairs = int64_t(heads) * batch;
-    const int64_t fit = !longest_first ? 1 : (kv_bytes_per_head > 0 ? l2_bytes / kv_bytes_per_head : pairs);
-    const int per_section = int(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
-    return {num_m_blocks, heads, batch, per_section, num_m_blocks * heads * batch, longest_first};
-  }
-
-  __device__ TileCoord coord(int tile) const {
-    const int section_tiles = num_m_blocks * heads_per_section;
-    const int section = tile / section_tiles;
-    const int first_pair = section * heads_per_section;
-    const int pairs = min(heads_per_section, heads * batch - first_pair);  // the last may be short
-    const int in_section = tile - section * section_tiles;
-    const int m_rank = in_section / pairs;
-    const int pair = first_pair + in_section % pairs;
-    return {longest_first ? num_m_blocks - 1 - m_rank : m_rank, pair % heads, pair / heads};
-  }
-};
 
 inline dim3 persistent_grid(TileOrder const& order, int sm_count) {
   return dim3(unsigned(order.total_tiles < sm_count ? order.total_tiles : sm_count));
