@@ -3,7 +3,7 @@
 next tile of the list) over the list of sm90/kernel/tile_order.hpp, with each tile costing its key
 blocks plus a fixed cost per tile, in units of one key block. Prints, per causal sweep point (16k
 tokens, hidden 2048, bf16), the sections' sizes and the makespan over the ideal (total work / CTAs).
---remainder-last models the rule before v15: sections of floor(half of L2 / K and V per pair)
+--remainder-last models the rule before f34ee9d: sections of floor(half of L2 / K and V per pair)
 pairs, the remainder in a last, shorter section.
 """
 import argparse

@@ -26,8 +26,8 @@ std::vector<int> pairs_in_order(TileOrder const& order) {
   return pairs;
 }
 
-// The sizes (in pairs) of the causal sections, read off the list: a section ends where a pair
-// seen before comes back at a lower query block than the section's first.
+// The sizes (in pairs) of the causal sections, read off the list: inside a section the query
+// block never rises, so a new section starts where it does.
 std::vector<int> section_sizes(TileOrder const& order) {
   std::vector<int> sizes;
   std::set<int> section;
