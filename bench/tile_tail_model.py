@@ -3,8 +3,10 @@
 next tile of the list) over the list of sm90/kernel/tile_order.hpp, with each tile costing its key
 blocks plus a fixed cost per tile, in units of one key block. Prints, per causal sweep point (16k
 tokens, hidden 2048, bf16), the sections' sizes and the makespan over the ideal (total work / CTAs).
---remainder-last models the rule before f34ee9d: sections of floor(half of L2 / K and V per pair)
-pairs, the remainder in a last, shorter section.
+The sections are the tree's: equal sizes of at most floor(half of L2 / K and V per pair) pairs.
+--remainder-last models the rule before f34ee9d (that many pairs a section, the remainder in a last,
+shorter one), --nearest the one of f34ee9d (equal sizes, the count nearest half of L2, above it too).
+The model has no L2 misses: it cannot see what sections above half of L2 cost.
 """
 import argparse
 import heapq
@@ -15,7 +17,9 @@ parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--sms", type=int, default=132)
 parser.add_argument("--l2-mib", type=int, default=60, help="the device's L2 (H200: 60 MiB)")
 parser.add_argument("--tile-cost", type=float, default=1.0, help="fixed cost per tile, in key blocks")
-parser.add_argument("--remainder-last", action="store_true")
+rule = parser.add_mutually_exclusive_group()
+rule.add_argument("--remainder-last", action="store_true")
+rule.add_argument("--nearest", action="store_true")
 args = parser.parse_args()
 
 
@@ -24,7 +28,8 @@ def section_sizes(pairs, kv_bytes):
     if args.remainder_last:
         per = max(1, min(pairs, half // kv_bytes))
         return [per] * (pairs // per) + ([pairs % per] if pairs % per else [])
-    per = max(1, min(pairs, (2 * half + kv_bytes) // (2 * kv_bytes)))  # nearest
+    per = (2 * half + kv_bytes) // (2 * kv_bytes) if args.nearest else half // kv_bytes
+    per = max(1, min(pairs, per))
     sections = math.ceil(pairs / per)
     q, r = divmod(pairs, sections)
     return [q + 1] * r + [q] * (sections - r)

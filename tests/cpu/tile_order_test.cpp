@@ -1,5 +1,5 @@
 // The persistent grids' tile order (sm90/kernel/tile_order.hpp), on the CPU: every tile listed
-// once, causal sections of equal size within one pair and near half of L2, longest first inside
+// once, causal sections of equal size within one pair and within half of L2, longest first inside
 // them, and equal tiles with the query block fastest.
 #include "sm90/kernel/tile_order.hpp"
 
@@ -78,20 +78,23 @@ TEST(TileOrder, EqualTilesRunOnePairAtATimeQueryBlockFastest) {
   }
 }
 
-TEST(TileOrder, CausalSectionsAreEqualAndNearHalfOfL2) {
+TEST(TileOrder, CausalSectionsAreEqualAndWithinHalfOfL2) {
   struct Case {
     int heads, batch;
     int64_t kv;
     std::vector<int> sizes;
   };
-  // Half of 60 MiB is 30 MiB: 8 MiB of K and V per pair (head_dim 256, 8k tokens, bf16) rounds
-  // to 4 pairs a section, 4 MiB to 8, 16 MiB to 2; 17 pairs at 4 a section make 5 sections of
-  // 4 or 3, never 4 + 4 + 4 + 4 + 1.
+  // Half of 60 MiB is 30 MiB: 8 MiB of K and V per pair (head_dim 256, 8k tokens, bf16) allows 3
+  // pairs a section, 4 MiB 7, 16 MiB 1, 7.5 MiB exactly 4; 19 pairs at 3 a section make 7
+  // sections of 3 or 2, never 3 + 3 + 3 + 3 + 3 + 3 + 1.
+  const int64_t quarter_of_half = 30 * kMiB / 4;
   const std::vector<Case> cases = {
-      {8, 2, 8 * kMiB, {4, 4, 4, 4}},
-      {16, 2, 4 * kMiB, {8, 8, 8, 8}},
-      {8, 1, 16 * kMiB, {2, 2, 2, 2}},
-      {17, 1, 8 * kMiB, {4, 4, 3, 3, 3}},
+      {8, 2, 8 * kMiB, {3, 3, 3, 3, 2, 2}},
+      {16, 2, 4 * kMiB, {7, 7, 6, 6, 6}},
+      {8, 1, 16 * kMiB, {1, 1, 1, 1, 1, 1, 1, 1}},
+      {8, 1, quarter_of_half, {4, 4}},
+      {8, 1, quarter_of_half + 1, {3, 3, 2}},
+      {19, 1, 8 * kMiB, {3, 3, 3, 3, 3, 2, 2}},
       {5, 1, 1 * kMiB, {5}},          // every pair fits: one section
       {3, 1, 100 * kMiB, {1, 1, 1}},  // one pair overflows half of L2 alone
   };

@@ -8,14 +8,15 @@
 // (FlashAttention-3's grid order; sections of several heads had twice the DRAM reads and 4-7% less
 // speed, performance log v11).
 //
-// Tiles of unequal length (causal): pairs are grouped into sections whose K and V fill about half
-// of L2 together, and inside a section the query block is the slow index and the head the fast
-// one, so that later query blocks, which see more keys, come first (longest-processing-time
-// first). The sections hold equal numbers of pairs, give or take one: a short last section would
-// hold too little work to hide its own longest tiles, which it draws last of all (half of L2 at
-// head_dim 256, 8k tokens, made sections of 3, 3, 3, 3, 3 and 1 pairs: a tail of 15% of the
-// kernel's time in bench/tile_tail_model.py, 8% measured; performance log, "the causal gap is
-// the grid's tail").
+// Tiles of unequal length (causal): pairs are grouped into sections whose K and V fill at most half
+// of L2 together (one pair more, 32 MiB of the H200's 30, was 3-4% slower at head_dim 256, 4k and
+// 16k tokens: performance log, "sections within half of L2"), and inside a section the query block
+// is the slow index and the head the fast one, so that later query blocks, which see more keys,
+// come first (longest-processing-time first). The sections hold equal numbers of pairs, give or
+// take one: a short last section would hold too little work to hide its own longest tiles, which
+// it draws last of all (head_dim 256, 8k tokens, once made sections of 3, 3, 3, 3, 3 and 1 pairs: a
+// tail of 15% of the kernel's time in bench/tile_tail_model.py, 8% measured; performance log, "the
+// causal gap is the grid's tail"; now 3, 3, 3, 3, 2 and 2).
 #pragma once
 
 #include <cstdint>
@@ -44,8 +45,8 @@ struct TileOrder {
     const int64_t pairs = int64_t(heads) * batch;
     int64_t per_section = 1;
     if (longest_first) {
-      // The number of pairs whose K and V come nearest half of L2 (3.75 pairs' worth rounds to 4).
-      per_section = kv_bytes_per_head > 0 ? (l2_bytes + kv_bytes_per_head) / (2 * kv_bytes_per_head) : pairs;
+      // The most pairs whose K and V fit in half of L2 (3.75 pairs' worth makes 3).
+      per_section = kv_bytes_per_head > 0 ? l2_bytes / (2 * kv_bytes_per_head) : pairs;
       per_section = per_section < 1 ? 1 : (per_section > pairs ? pairs : per_section);
     }
     const int64_t sections = (pairs + per_section - 1) / per_section;
