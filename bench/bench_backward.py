@@ -14,7 +14,7 @@ registered backward operator called directly (torch.ops.hopattn.attention_backwa
 lse of torch.ops.hopattn.attention_forward): the kernel without autograd's per-call cost. It is
 reported, not compared. Median over rounds of triton.testing.do_bench medians (L2 flushed before
 every run), each round timing every implementation once, in an order rotated per case (recorded in
-each row).
+each row) and permuted per round (bench_common.round_orders).
 
 Also: accuracy of dq, dk, dv (relative Frobenius error against float64 autograd of softmax
 attention on the GPU, bottom-right causal mask) at b=2 s=1024 h=16 d=128; peak memory of one
@@ -52,7 +52,7 @@ import hopattn._torch_ops  # noqa: E402,F401  (registers torch.ops.hopattn)
 from hopattn._frontend import LAYOUTS, TorchFrontend  # noqa: E402
 from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument, first_output,  # noqa: E402
                           interleaved_ms, load_fa3, on_build_prepared, plot_sweep, print_variant_ratios,
-                          report_header, rotated, spread, with_variants)
+                          report_header, rotated, spread, timing_note, with_variants)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -368,8 +368,7 @@ def main():
     report = dict(
         **report_header(torch, hopattn, args.commit, "backward only (forward run once per case "
                         "outside the timing): torch.autograd.grad(out, (q, k, v), grad_out, "
-                        f"retain_graph=True); median of {args.rounds} rounds of triton.testing.do_bench "
-                        "medians, L2 flushed; implementation order rotated per case"),
+                        "retain_graph=True); " + timing_note(args.rounds)),
         flops="2.5 x forward (4 b h s^2 d, halved for causal)", implementations=availability,
         fa3=fa3_info, summary=summary, cases=rows, accuracy=errors,
         accuracy_method="relative Frobenius error vs float64 autograd on the GPU, BF16 N(0,1) "

@@ -1,5 +1,5 @@
 """What the benchmark scripts share: loading FlashAttention-3, the report header, host overhead,
-the per-case rotation of implementations, ratio summaries, and variant builds of hopattn.
+the order of implementations per case and round, ratio summaries, and variant builds of hopattn.
 
 FlashAttention-3 is a peer built from source outside this repository (hopper/ of
 Dao-AILab/flash-attention); the caller puts its directory on PYTHONPATH or names it in
@@ -43,11 +43,26 @@ def first_output(result):
 
 
 def rotated(names, index):
-    """The implementations in the order case `index` runs them: clocks drift under sustained load,
-    so no implementation should always run first (cool) or last (hot)."""
+    """The implementations as case `index` lists them: clocks drift under sustained load, so no
+    implementation should always run first (cool) or last (hot). Its rounds permute the list
+    (round_orders)."""
     names = list(names)
     shift = index % len(names)
     return names[shift:] + names[:shift]
+
+
+def round_orders(order, rounds):
+    """The order of each of `rounds` rounds over `order`: the rows of a Williams design (a Latin
+    square whose rows, with their reverses when the count is odd, put each implementation right
+    after every other equally often). A rotation alone keeps every implementation's predecessor
+    fixed, and what runs just before moves a timing: two identical builds read up to 5% apart,
+    the one after cuDNN always ahead (forward_ab_floor_sections_4c1a1aa_*, performance log)."""
+    n = len(order)
+    first = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]  # 0, 1, n-1, 2, n-2, ...
+    rows = [[order[(j + shift) % n] for j in first] for shift in range(n)]
+    if n % 2:
+        rows += [row[::-1] for row in rows]
+    return [rows[r % len(rows)] for r in range(rounds)]
 
 
 def host_us(call, sync, calls=200, rounds=5, warmup=20):
@@ -110,17 +125,24 @@ def add_variant_argument(parser):
                         help="another libhopattn.so to time beside the loaded one")
 
 
+def timing_note(rounds):
+    """How interleaved_ms times, as each report's "timing" field says it."""
+    return (f"median of {rounds} rounds of triton.testing.do_bench medians, L2 flushed; implementation "
+            "order rotated per case, permuted per round (round_orders)")
+
+
 def interleaved_ms(calls, order, rep_ms, rounds):
     """name -> median milliseconds of each zero-argument callable in `calls`, over `rounds` rounds
-    that each time every one once, in `order` (triton's do_bench, L2 flushed, rep_ms / rounds
-    each): a drift of the GPU's clocks during a case then reaches every implementation alike. One
-    long measurement per implementation gave ratios of 0.93-1.08 between two builds of the same
-    kernel (bdae67b). A callable that raises maps to its exception and is not timed again."""
+    that each time every one once, in the orders round_orders(order) gives (triton's do_bench, L2
+    flushed, rep_ms / rounds each): a drift of the GPU's clocks during a case then reaches every
+    implementation alike. One long measurement per implementation gave ratios of 0.93-1.08 between
+    two builds of the same kernel (bdae67b). A callable that raises maps to its exception and is
+    not timed again."""
     from triton.testing import do_bench
 
     times = {name: [] for name in order}
-    for _ in range(rounds):
-        for name in order:
+    for round_order in round_orders(order, rounds):
+        for name in round_order:
             if isinstance(times[name], Exception):
                 continue
             try:

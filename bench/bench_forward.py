@@ -6,7 +6,8 @@ The FlashAttention-3 paper's sweep: 16k tokens per batch (batch = 16384 / seqlen
 point (batch 4, seqlen 8448, 16 heads, head_dim 128). BF16, random N(0,1) inputs in
 (batch, seqlen, heads, head_dim) layout, the median over rounds of triton.testing.do_bench medians
 (which flushes L2 before every run), each round timing every implementation once, in an order
-rotated per case (recorded in each row), so that clock drift under sustained load favours none.
+rotated per case (recorded in each row) and permuted per round (bench_common.round_orders), so
+that neither clock drift under sustained load nor what ran just before favours any.
 Each row has hopattn's TFLOP/s over the best of FA3 and cuDNN, and over the best of all peers.
 Host overhead: wall-clock microseconds per call of a tiny problem (b=1, s=128, h=1, d=128), calls
 back to back with one sync at the end.
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument,  # noqa: E402
                           first_output, host_us, interleaved_ms, load_fa3, plot_sweep, print_variant_ratios,
-                          report_header, rotated, spread, with_variants)
+                          report_header, rotated, spread, timing_note, with_variants)
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
@@ -169,9 +170,7 @@ def main():
     if not args.no_ablation:
         cases.append((ABLATION["batch"], ABLATION["seqlen"], ABLATION["heads"], ABLATION["head_dim"], False))
     # Before any call: the base build is the loaded one (variants switch it).
-    header = report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
-                          "triton.testing.do_bench medians, L2 flushed; implementation order "
-                          "rotated per case")
+    header = report_header(torch, hopattn, args.commit, timing_note(args.rounds))
     rows = []
     for i, case in enumerate(cases):
         rows.append(time_case(impls, rotated(impls, i), *case, args.rep_ms, args.rounds))

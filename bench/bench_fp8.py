@@ -10,7 +10,7 @@ Speed, on the FA3 sweep (16k tokens, hidden 2048, head_dim 64/128/256, seqlen 51
   - hopattn_bf16: hopattn's 16-bit kernel on the bf16 inputs, and hopattn_e2e: attention_fp8 from the same
     bf16 inputs (the three quantisations plus the kernel), with quantize: the three quantisations alone.
 Median over rounds of triton.testing.do_bench medians (L2 flushed), each round timing every
-implementation once, in an order rotated per case.
+implementation once, in an order rotated per case and permuted per round (bench_common.round_orders).
 
 Accuracy (RMSE and relative error against float64 attention of the unquantised inputs): batch 4, seqlen
 2048, 16 heads, head_dim 128; the paper's outliers (N(0,1), 0.1% of entries x10) and channel outliers
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 from bench_common import (add_run_arguments, add_sweep_arguments, add_variant_argument,  # noqa: E402
                           first_output, interleaved_ms, load_fa3, on_build, plot_sweep, print_variant_ratios,
-                          report_header, rotated, spread, with_variants)
+                          report_header, rotated, spread, timing_note, with_variants)
 from hopattn import _lib as hopattn_library  # noqa: E402
 
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
@@ -285,9 +285,7 @@ def main():
     summary = dict(hopattn_over_best_fp8_peer=spread([r.get("hopattn_over_best_fp8_peer") for r in rows]),
                    seqlen_ge_1k=spread([r.get("hopattn_over_best_fp8_peer") for r in rows if r["seqlen"] >= 1024]),
                    e2e_over_bf16=spread([r.get("e2e_over_bf16") for r in rows]))
-    report = dict(**report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
-                                  "triton.testing.do_bench medians, L2 flushed; implementation "
-                                  "order rotated per case"),
+    report = dict(**report_header(torch, hopattn, args.commit, timing_note(args.rounds)),
                   fa3=fa3_info, cudnn_fp8=cudnn_info, summary=summary, cases=rows, accuracy=errors)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1))

@@ -18,8 +18,8 @@ per case: hopattn_varlen / hopattn_fixed (what mixed lengths cost against equal 
 work) and hopattn_varlen / fa3_varlen.
 
 Timing: median over rounds of triton.testing.do_bench medians (L2 flushed before every run), each
-round timing every implementation once, in an order rotated per case (recorded in each row) so that
-clock drift favours none of them. Host
+round timing every implementation once, in an order rotated per case (recorded in each row) and
+permuted per round (bench_common.round_orders) so that clock drift favours none of them. Host
 overhead: microseconds per call of one 128-token sequence, calls back to back, one sync at the end.
 Correctness per case: max |hopattn - FA3| over the whole output, and max |impl - reference| on a
 few sequences (first, longest, last) against float32 SDPA (math backend) run per sequence, beside
@@ -47,7 +47,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 from bench_common import (add_run_arguments, add_variant_argument, first_output, host_us,  # noqa: E402
-                          interleaved_ms, load_fa3, report_header, rotated, spread, with_variants)
+                          interleaved_ms, load_fa3, report_header, rotated, spread, timing_note, with_variants)
 
 TOTALS = [16384, 32768, 65536]
 MIN_LEN, MAX_LEN = 128, 8192
@@ -230,9 +230,7 @@ def main():
         print("hopattn.attention_varlen not available: its rows record the error", file=sys.stderr)
     impls, variants = with_variants(implementations(fa3), args.variant, LABELS, name="hopattn_varlen")
     # Before any call: the base build is the loaded one (variants switch it).
-    header = report_header(torch, hopattn, args.commit, f"median of {args.rounds} rounds of "
-                          "triton.testing.do_bench medians, L2 flushed; implementation order "
-                          "rotated per case")
+    header = report_header(torch, hopattn, args.commit, timing_note(args.rounds))
     cases = [(total, causal) for total in args.totals for causal in (False, True)]
     rows = []
     for i, (total, causal) in enumerate(cases):

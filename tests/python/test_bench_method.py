@@ -1,0 +1,37 @@
+"""The benchmarks' timing order (bench/bench_common.py), on the CPU: every round times every
+implementation once, and over a full design each implementation runs right after every other
+equally often, so that no pair of builds in an A/B always has the same predecessor."""
+import collections
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from bench_common import round_orders, rotated  # noqa: E402
+
+
+@pytest.mark.parametrize("count", range(1, 9))
+def test_every_round_times_every_implementation_once(count):
+    names = [f"impl{i}" for i in range(count)]
+    for order in round_orders(names, 11):
+        assert sorted(order) == sorted(names)
+
+
+@pytest.mark.parametrize("count", range(2, 9))
+def test_each_implementation_follows_every_other_equally_often(count):
+    names = [f"impl{i}" for i in range(count)]
+    design = count if count % 2 == 0 else 2 * count  # the rows, and their reverses when odd
+    follows = collections.Counter((order[i], order[i + 1])
+                                  for order in round_orders(names, design) for i in range(count - 1))
+    assert len(follows) == count * (count - 1)  # every ordered pair of distinct implementations
+    assert len(set(follows.values())) == 1
+
+
+def test_a_rotation_alone_keeps_each_predecessor():
+    # What round_orders replaces: every rotation of a list has the same neighbours.
+    names = ["hopattn", "sdpa_fa2", "sdpa_cudnn", "hopattn@variant"]
+    before = {tuple(rotated(names, i)[j:j + 2]) for i in range(4) for j in range(3)}
+    assert ("sdpa_cudnn", "hopattn@variant") in before and ("sdpa_fa2", "hopattn@variant") not in before
+    after = {tuple(order[j:j + 2]) for order in round_orders(names, 4) for j in range(3)}
+    assert {("sdpa_cudnn", "hopattn@variant"), ("sdpa_fa2", "hopattn@variant"), ("hopattn", "hopattn@variant")} <= after
