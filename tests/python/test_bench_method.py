@@ -3,12 +3,13 @@ implementation once, and over a full design each implementation runs right after
 equally often, so that no pair of builds in an A/B always has the same predecessor."""
 import collections
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_common import round_orders, rotated  # noqa: E402
+from bench_common import interleaved_ms, round_orders, rotated  # noqa: E402
 
 
 @pytest.mark.parametrize("count", range(1, 9))
@@ -35,3 +36,16 @@ def test_a_rotation_alone_keeps_each_predecessor():
     assert ("sdpa_cudnn", "hopattn@variant") in before and ("sdpa_fa2", "hopattn@variant") not in before
     after = {tuple(order[j:j + 2]) for order in round_orders(names, 4) for j in range(3)}
     assert {("sdpa_cudnn", "hopattn@variant"), ("sdpa_fa2", "hopattn@variant"), ("hopattn", "hopattn@variant")} <= after
+
+
+def test_interleaved_ms_times_in_the_round_orders(monkeypatch):
+    # triton's do_bench replaced by a recorder (no GPU): each call runs once and "takes" its
+    # position in the log, so the medians say which rounds each implementation ran in.
+    log = []
+    testing = types.SimpleNamespace(do_bench=lambda fn, **_: (fn(), float(len(log)))[1])
+    monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(testing=testing))
+    monkeypatch.setitem(sys.modules, "triton.testing", testing)
+    names = ["a", "b", "c"]
+    medians = interleaved_ms({n: (lambda n=n: log.append(n)) for n in names}, names, rep_ms=1, rounds=6)
+    assert log == [name for order in round_orders(names, 6) for name in order]
+    assert sorted(medians) == names
