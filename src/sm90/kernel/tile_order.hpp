@@ -9,14 +9,15 @@
 // speed, performance log v11).
 //
 // Tiles of unequal length (causal): pairs are grouped into sections whose K and V fill at most half
-// of L2 together (one pair more, 32 MiB of the H200's 30, was 3-4% slower at head_dim 256, 4k and
-// 16k tokens: performance log, "sections within half of L2"), and inside a section the query block
-// is the slow index and the head the fast one, so that later query blocks, which see more keys,
-// come first (longest-processing-time first). The sections hold equal numbers of pairs, give or
-// take one: a short last section would hold too little work to hide its own longest tiles, which
-// it draws last of all (head_dim 256, 8k tokens, once made sections of 3, 3, 3, 3, 3 and 1 pairs: a
-// tail of 15% of the kernel's time in bench/tile_tail_model.py, 8% measured; performance log, "the
-// causal gap is the grid's tail"; now 3, 3, 3, 3, 2 and 2).
+// of L2 together (one pair more, 32 MiB of the H200's 30, read 3-4% slower at head_dim 256, 4k and
+// 16k tokens, net of the run's same-code rows: performance log, "sections within half of L2"), and
+// inside a section the query block is the slow index and the head the fast one, so that later
+// query blocks, which see more keys, come first (longest-processing-time first). The sections hold
+// equal numbers of pairs, give or take one: a short last section would hold too little work to
+// hide its own longest tiles, which it draws last of all (head_dim 256, 8k tokens, once made
+// sections of 3, 3, 3, 3, 3 and 1 pairs: a tail of 15% of the kernel's time in
+// bench/tile_tail_model.py, 8% measured; performance log, "the causal gap is the grid's tail"; now
+// 3, 3, 3, 3, 2 and 2).
 #pragma once
 
 #include <cstdint>
