@@ -39,8 +39,7 @@ def test_a_rotation_alone_keeps_each_predecessor():
 
 
 def test_interleaved_ms_times_in_the_round_orders(monkeypatch):
-    # triton's do_bench replaced by a recorder (no GPU): each call runs once and "takes" its
-    # position in the log, so the medians say which rounds each implementation ran in.
+    # triton's do_bench replaced by one call of the function (no GPU): the log is the call order.
     log = []
     testing = types.SimpleNamespace(do_bench=lambda fn, **_: (fn(), float(len(log)))[1])
     monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(testing=testing))
