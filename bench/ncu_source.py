@@ -6,6 +6,9 @@ them: `ncu -i REPORT --page source --csv --print-source sass > page.csv` (gzip o
                                               instructions above MIN percent of its samples
                                               (default 0.4) and every GEMM, barrier, wait and branch
   ncu_source.py mix page.csv LO HI            instructions executed per iteration, by opcode
+  ncu_source.py hot page.csv                  `region` and `mix` of the key loop: the smallest loop
+                                              with a GEMM and at least half the samples of the
+                                              busiest such loop (an attention kernel's step)
 LO and HI are absolute addresses (hex), as `loops` prints them."""
 import argparse
 import csv
@@ -46,16 +49,22 @@ def opcode(sass):
     return (words[1] if words[0].startswith("@") and len(words) > 1 else words[0]).split(".")[0]
 
 
-def loops(page):
-    total = sum(x[2] for x in page) or 1
+def backward_branches(page):
+    """(samples, lo, hi, instructions, most executions, has a GEMM) of every loop [lo, hi]."""
     found = []
     for addr, sass, *_ in page:
         target = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", sass)
         if target and int(target.group(1), 16) < addr:
             lo = int(target.group(1), 16)
             body = [x for x in page if lo <= x[0] <= addr]
-            found.append((sum(x[2] for x in body), lo, addr, len(body), max(x[3] for x in body)))
-    for share, lo, hi, count, runs in sorted(found, reverse=True)[:16]:
+            found.append((sum(x[2] for x in body), lo, addr, len(body), max(x[3] for x in body),
+                          any("GMMA" in x[1] for x in body)))
+    return found
+
+
+def loops(page):
+    total = sum(x[2] for x in page) or 1
+    for share, lo, hi, count, runs, _ in sorted(backward_branches(page), reverse=True)[:16]:
         print(f"[{lo:#x}, {hi:#x}] {count:5d} instructions, {100 * share / total:5.1f}% of samples, "
               f"executed up to {runs:.0f} times")
 
@@ -96,9 +105,21 @@ def opcode_mix(page, lo, hi):
                     for op, v in sorted(mix.items(), key=lambda t: -t[1][0]) if v[0] >= 0.5))
 
 
+def hot(page, minimum):
+    gemm_loops = [x for x in backward_branches(page) if x[5]]
+    if not gemm_loops:
+        print("no loop with a GEMM")
+        return
+    busiest = max(x[0] for x in gemm_loops)
+    _, lo, hi, *_ = min((x for x in gemm_loops if x[0] >= busiest / 2), key=lambda x: x[3])
+    print(f"key loop [{lo:#x}, {hi:#x}]")
+    opcode_mix(page, lo, hi)
+    region(page, lo, hi, minimum)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=("loops", "region", "mix"))
+    parser.add_argument("what", choices=("loops", "region", "mix", "hot"))
     parser.add_argument("page")
     parser.add_argument("lo", nargs="?")
     parser.add_argument("hi", nargs="?")
@@ -107,6 +128,8 @@ def main():
     page = read_page(args.page)
     if args.what == "loops":
         loops(page)
+    elif args.what == "hot":
+        hot(page, float(args.lo) if args.lo else args.minimum)
     elif args.lo is None or args.hi is None:
         parser.error(f"{args.what} needs LO and HI")
     elif args.what == "region":

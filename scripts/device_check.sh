@@ -4,7 +4,7 @@
 # skipped when its output already exists in this (warm) machine's build folders, so a run cut short
 # by the 10-minute limit continues in the next call. Logs go to $OUT/logs.tar.gz, the benchmark
 # JSON and PNG beside it; the last lines printed are the summary tables.
-#   usage: scripts/device_check.sh [quick|tests|sanitizers|bench|bench-backward|fp8|all]
+#   usage: scripts/device_check.sh [quick|tests|sanitizers|bench|bench-backward|fp8|profile|all]
 #          (carry .deps and .peers)
 #     all: tests, sanitizers, bench and bench-backward (more than one call's 10 minutes: a warm
 #          machine keeps the build, so the modes can also go one per call)
@@ -15,6 +15,10 @@
 #     bench-backward: the backward sweep (FA3's backward is in the same FA3 build)
 #     fp8: the FP8 GPU tests, then the FP8 sweep with FA3's FP8 (its own build) and
 #          cuDNN's FP8 (the cudnn-frontend wheel carried in .peers/wheels)
+#     profile: Nsight Compute on hopattn's forward kernel and FA3's at one point (PROFILE_ARGS,
+#          bench/profile_forward.py's, default "--head-dim 128 --seqlen 8192 --causal"): each
+#          kernel's details page and source page, and the key loop's mix and stalls side by side
+#          (bench/ncu_source.py hot)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
@@ -175,7 +179,31 @@ fp8)
     2>"$LOGS/fp8_progress.log" | tee "$LOGS/fp8_table.txt" || status=1
   tail -5 "$LOGS/fp8_progress.log"
   ;;
-*) echo "unknown mode $1 (allowed: quick tests sanitizers bench bench-backward fp8 all)" >&2; exit 2 ;;
+profile)
+  start_fa3_build "backward varlen"
+  build_once
+  [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
+  lib=$(find build-device -name 'libhopattn.so' | head -1)
+  export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
+  read -r -a point <<<"${PROFILE_ARGS:---head-dim 128 --seqlen 8192 --causal}"
+  for impl in hopattn fa3; do
+    kernel=ForwardKernel && [[ $impl == fa3 ]] && kernel=FlashAttnFwd
+    echo "== $impl ${point[*]}"
+    # The last of three launches, clocks as the benchmarks leave them; the report stays out of the
+    # returned logs (tens of MB), its pages go in.
+    report=$(mktemp -d)/profile_$impl
+    timeout 240 ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$kernel" \
+      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+      --section SourceCounters -o "$report" \
+      python3 bench/profile_forward.py --impl "$impl" "${point[@]}" >"$LOGS/profile_$impl.log" 2>&1 || status=1
+    ncu -i "$report.ncu-rep" --page details >"$LOGS/details_$impl.txt" 2>&1
+    grep -E "Duration|SM Frequency|Elapsed Cycles|Executed Ipc Active|highest-utilized" "$LOGS/details_$impl.txt"
+    ncu -i "$report.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip >"$LOGS/source_$impl.csv.gz"
+    python3 bench/ncu_source.py hot "$LOGS/source_$impl.csv.gz" >"$LOGS/hot_$impl.txt" 2>&1 || status=1
+    head -4 "$LOGS/hot_$impl.txt"
+  done
+  ;;
+*) echo "unknown mode $1 (allowed: quick tests sanitizers bench bench-backward fp8 profile all)" >&2; exit 2 ;;
 esac
 }
 
