@@ -129,7 +129,7 @@ def main():
     if args.what == "loops":
         loops(page)
     elif args.what == "hot":
-        hot(page, float(args.lo) if args.lo else args.minimum)
+        hot(page, args.minimum)
     elif args.lo is None or args.hi is None:
         parser.error(f"{args.what} needs LO and HI")
     elif args.what == "region":
