@@ -50,9 +50,12 @@ struct OnlineSoftmax {
   // rows first, then the exponentials, so the max shuffles of every row are in flight together.
   // `row_descale`, `chunk_descale` (kFp8 only): the positive factors from the scores to true
   // scores; a NaN makes its scores NaN. The quad's lanes hold the same columns' chunks.
-  template <class TensorS>
-  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, RowVector<kRows> const& row_descale,
-                                                   ChunkScales const& chunk_descale) {
+  // `tail(rescale)` runs at the end of either exponent path, inside its basic block, so that ptxas
+  // can schedule what follows the exponentials (the P V wait, P's conversion, the O rescale) among
+  // them rather than after the paths join.
+  template <class TensorS, class Tail>
+  __device__ __forceinline__ void step(TensorS& scores, RowVector<kRows> const& row_descale,
+                                       ChunkScales const& chunk_descale, Tail const& tail) {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
     // The thread's columns run through the tile's 8-column groups in order (one WGMMA atom spans
@@ -150,34 +153,29 @@ struct OnlineSoftmax {
       exponentiate([c](float score, int, float descale, float shifted_max) {
         return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
       });
+      tail(rescale);
     } else {
       exponentiate([&, c](float score, int r, float descale, float) {
         const float true_score = kFp8 ? score * descale : score;
         return softmax_exponent(true_score, max_or_zero(r), c) + kPLog2Offset;
       });
+      tail(rescale);
     }
-    return rescale;
   }
 
   // 16-bit scores are true scores.
-  template <class TensorS>
-  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
+  template <class TensorS, class Tail>
+  __device__ __forceinline__ void step(TensorS& scores, Tail const& tail) {
     static_assert(!kFp8, "FP8 scores need their descales");
     RowVector<kRows> unused_rows;
     ChunkScales unused_chunks;
-    return step(scores, unused_rows, unused_chunks);
+    step(scores, unused_rows, unused_chunks, tail);
   }
 
+  // Unconditional: a warp vote to skip the multiplies would end the basic block they share with
+  // the exponentials.
   template <class TensorO>
   __device__ __forceinline__ static void rescale_output(TensorO& output, RowVector<kRows> const& rescale) {
-    bool needed = false;
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) needed |= rescale(r) != 1.f;
-    // The factor is exactly 1 when a row's max did not grow: the warp skips the multiplies when
-    // none of its 16 rows grew. With the exact max that is about half the steps on N(0, 1) inputs
-    // at 8k and a fifth on the outlier inputs (bench/softmax_numerics.py); v8 measured no speed
-    // change from it. A stale max would skip nearly all, but cost 14% RMSE (performance log v7).
-    if (!__any_sync(0xffffffff, needed)) return;
     Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
