@@ -91,11 +91,7 @@ struct OnlineSoftmax {
     // waits on one kChains places back rather than on the last (their latency, not their count,
     // bounded the loop: ncu's "stall wait").
     constexpr int kChains = kChunkColumns % 4 == 0 ? 4 : (kChunkColumns % 2 == 0 ? 2 : 1);
-    // The thread's own maxima first (no shuffle): from them and the running maxima the warp votes
-    // on the exponent form, so that inside each form's path the quad shuffles of one row can run
-    // under the exponentials of the other (FlashAttention-3's SASS), rather than every row's
-    // shuffles before the vote.
-    RowVector<kRows> thread_max;
+    RowVector<kRows> rescale, max_or_zero;
     bool fused = true;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
@@ -115,29 +111,21 @@ struct OnlineSoftmax {
         // The max of the products: descales are > 0.
         block_max = fmaxf(block_max, kFp8 ? chunk_max * chunk_scales[j] : chunk_max);
       }
-      thread_max(r) = kFp8 ? block_max * row_scales(r) : block_max;
-      // The new max lies between the running max and the largest thread max of the quad, so it is
-      // inside the fused form's range (fused_exponent_applies) if the running max is and every
-      // thread max is below the top. While the running max is -inf (the row saw no key yet), the
-      // new max is the quad's largest thread max: in range if each is, or -inf (exponent_row_max
-      // then takes 0). A NaN anywhere takes the exact form.
-      const float running = row_max(r) * scale_log2, own = thread_max(r) * scale_log2;
-      const bool first_keys = row_max(r) == -INFINITY && (own == -INFINITY || own > -kFusedExponentLimit);
-      fused &= (fused_exponent_applies(running) || first_keys) && own < kFusedExponentLimit;
+      block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
+      if constexpr (kFp8) block_max *= row_scales(r);
+      const float new_max = fmaxf(row_max(r), block_max);
+      rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
+      row_max(r) = new_max;
+      max_or_zero(r) = exponent_row_max(new_max);
+      fused &= fused_exponent_applies(max_or_zero(r) * scale_log2);
     }
     // One FFMA per score (fused_softmax_exponent) while every row of the warp has a max small
     // enough for it; otherwise an FADD and an FMUL (softmax_exponent), exact at any magnitude.
     // FP8 folds the descales into the FFMA's factor, and the exact form multiplies them in first.
-    RowVector<kRows> rescale;
-    auto finish = [&](auto exponent_of) CUTLASS_LAMBDA_FUNC_INLINE {
+    auto exponentiate = [&](auto exponent_of) CUTLASS_LAMBDA_FUNC_INLINE {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const float block_max = quad_allreduce(thread_max(r), [](float a, float b) { return fmaxf(a, b); });
-        const float new_max = fmaxf(row_max(r), block_max);
-        rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
-        row_max(r) = new_max;
-        const float max_or_zero = exponent_row_max(new_max);
-        const float shifted_max = max_or_zero * scale_log2 - kPLog2Offset;
+        const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;
         float chain_sum[kChains];
         CUTE_UNROLL
         for (int k = 0; k < kChains; ++k) chain_sum[k] = 0.f;
@@ -147,7 +135,7 @@ struct OnlineSoftmax {
           CUTE_UNROLL
           for (int c = 0; c < kChunkColumns; ++c) {
             float& score = s(r, j * kChunkColumns + c);
-            score = exp2f(exponent_of(score, max_or_zero, descale, shifted_max));
+            score = exp2f(exponent_of(score, r, descale, shifted_max));
             chain_sum[c % kChains] += score;
           }
         }
@@ -159,13 +147,13 @@ struct OnlineSoftmax {
     };
     const float c = scale_log2;
     if (__all_sync(0xffffffff, fused)) {
-      finish([c](float score, float, float descale, float shifted_max) {
+      exponentiate([c](float score, int, float descale, float shifted_max) {
         return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
       });
     } else {
-      finish([c](float score, float max_or_zero, float descale, float) {
+      exponentiate([&, c](float score, int r, float descale, float) {
         const float true_score = kFp8 ? score * descale : score;
-        return softmax_exponent(true_score, max_or_zero, c) + kPLog2Offset;
+        return softmax_exponent(true_score, max_or_zero(r), c) + kPLog2Offset;
       });
     }
     return rescale;
