@@ -333,17 +333,11 @@ struct ForwardMainloop {
 
     typename Config::TiledMmaQK mma_qk;
     typename Config::TiledMmaPV mma_pv;
-    // The shared-memory operands' descriptors depend only on the warpgroup. Taken from its
-    // warp-uniform index (a shuffle) rather than the thread's, they stay in uniform registers: from
-    // the thread index, ptxas keeps Q's in vector registers and moves them (R2UR) before every
-    // HGMMA of every step.
-    const int warpgroup = cutlass::canonical_warp_group_idx() - 1;
-    auto warpgroup_qk = mma_qk.get_thread_slice(warpgroup * cutlass::NumThreadsPerWarpGroup);
-    auto warpgroup_pv = mma_pv.get_thread_slice(warpgroup * cutlass::NumThreadsPerWarpGroup);
     auto thread_qk = mma_qk.get_thread_slice(thread_idx);
-    Tensor tSrQ = warpgroup_qk.partition_fragment_A(sQ);
-    Tensor tSrK = warpgroup_qk.partition_fragment_B(sK);
-    Tensor tOrVt = warpgroup_pv.partition_fragment_B(sVt);
+    auto thread_pv = mma_pv.get_thread_slice(thread_idx);
+    Tensor tSrQ = thread_qk.partition_fragment_A(sQ);
+    Tensor tSrK = thread_qk.partition_fragment_B(sK);
+    Tensor tOrVt = thread_pv.partition_fragment_B(sVt);
     Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
