@@ -101,10 +101,9 @@ struct ForwardConfig {
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
 
   // Pingpong: the consumer warpgroups take turns to issue their GEMMs (named barriers), so that one
-  // warpgroup's softmax runs under the other's GEMMs. 16-bit: up to head_dim 128; past it the GEMMs
-  // are long enough to hide the softmax without it. FP8, whose GEMMs take half the time: from
-  // head_dim 128 (FlashAttention-3's choices, both).
-  static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && (kFp8 ? kHeadDim >= 128 : kHeadDim <= 128);
+  // warpgroup's softmax runs under the other's GEMMs. Past head_dim 128 the GEMMs are long enough
+  // to hide the softmax without it (FlashAttention-3 makes the same choice).
+  static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && kHeadDim <= 128;
 };
 
 }  // namespace hopattn::sm90
