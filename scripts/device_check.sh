@@ -187,7 +187,8 @@ profile)
   export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
   read -r -a point <<<"${PROFILE_ARGS:---head-dim 128 --seqlen 8192 --causal}"
   for impl in hopattn fa3; do
-    kernel=ForwardKernel && [[ $impl == fa3 ]] && kernel=FlashAttnFwd
+    kernel=ForwardKernel
+    [[ $impl == fa3 ]] && kernel=FlashAttnFwd
     echo "== $impl ${point[*]}"
     # The last of three launches, clocks as the benchmarks leave them; the report stays out of the
     # returned logs (tens of MB), its pages go in.
