@@ -32,12 +32,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 
 # FlashAttention-3 builds in the background while the rest runs (scripts/build_fa3_peer.sh: its
 # source and build stay outside the repository's tracked files), one folder per feature set.
-# $1: the features (backward varlen | fp8); sets FA3_DIR.
+# $1: the features (backward varlen | fp8; none: the forward only); sets FA3_DIR.
 start_fa3_build() {
-  FA3_DIR=$PWD/build-fa3-${1// /-}
+  FA3_DIR=$PWD/build-fa3-${1:-forward}
+  FA3_DIR=${FA3_DIR// /-}
   [[ -f .peers/fa3.tar.gz ]] || { echo "FA3: .peers/fa3.tar.gz not carried" >"$LOGS/fa3_build.log"; return; }
   ls "$FA3_DIR"/fa/hopper/flash_attn_3/_C*.so >/dev/null 2>&1 && return
-  (MAX_JOBS=10 bash scripts/build_fa3_peer.sh .peers/fa3.tar.gz "$FA3_DIR" $1 >"$LOGS/fa3_build.log" 2>&1) &
+  (MAX_JOBS=10 bash scripts/build_fa3_peer.sh .peers/fa3.tar.gz "$FA3_DIR" ${1:-} >"$LOGS/fa3_build.log" 2>&1) &
   FA3_PID=$!
 }
 
@@ -180,10 +181,13 @@ fp8)
   tail -5 "$LOGS/fp8_progress.log"
   ;;
 profile)
-  start_fa3_build "backward varlen"
-  build_once
+  # The forward's FA3 build and, unless `tests` built every kernel on this machine, the
+  # representative kernels (head_dim 128, PROFILE_ARGS' default) only: a profile fits one call.
+  start_fa3_build
+  profiled=build-device
+  [[ -f build-device/src/libhopattn.so ]] || { profiled=build-quick; build build-quick representative; }
   [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
-  lib=$(find build-device -name 'libhopattn.so' | head -1)
+  lib=$(find "$profiled" -name 'libhopattn.so' | head -1)
   export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
   read -r -a point <<<"${PROFILE_ARGS:---head-dim 128 --seqlen 8192 --causal}"
   for impl in hopattn fa3; do
