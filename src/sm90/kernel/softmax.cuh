@@ -89,29 +89,27 @@ struct OnlineSoftmax {
     }
     // Maxima and sums in kChains independent chains per row, so that each dependent FMNMX / FADD
     // waits on one kChains places back rather than on the last (their latency, not their count,
-    // bounded the loop: ncu's "stall wait"). Each chain starts at its first value, not at -inf or
-    // 0: fmaxf(-inf, x) and 0 + x are instructions that ptxas must keep (for a NaN x and for -0),
-    // ten FMNMX and eight FADD of a head_dim 128 step that issues some 500.
+    // bounded the loop: ncu's "stall wait").
     constexpr int kChains = kChunkColumns % 4 == 0 ? 4 : (kChunkColumns % 2 == 0 ? 2 : 1);
     RowVector<kRows> rescale, max_or_zero;
     bool fused = true;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float block_max;
+      float block_max = -INFINITY;
       CUTE_UNROLL
       for (int j = 0; j < kScaleChunks; ++j) {
         float chain_max[kChains];
         CUTE_UNROLL
+        for (int k = 0; k < kChains; ++k) chain_max[k] = -INFINITY;
+        CUTE_UNROLL
         for (int c = 0; c < kChunkColumns; ++c) {
-          const float score = s(r, j * kChunkColumns + c);
-          chain_max[c % kChains] = c < kChains ? score : fmaxf(chain_max[c % kChains], score);
+          chain_max[c % kChains] = fmaxf(chain_max[c % kChains], s(r, j * kChunkColumns + c));
         }
         float chunk_max = chain_max[0];
         CUTE_UNROLL
         for (int k = 1; k < kChains; ++k) chunk_max = fmaxf(chunk_max, chain_max[k]);
         // The max of the products: descales are > 0.
-        const float scaled_chunk_max = kFp8 ? chunk_max * chunk_scales[j] : chunk_max;
-        block_max = j == 0 ? scaled_chunk_max : fmaxf(block_max, scaled_chunk_max);
+        block_max = fmaxf(block_max, kFp8 ? chunk_max * chunk_scales[j] : chunk_max);
       }
       block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
       if constexpr (kFp8) block_max *= row_scales(r);
@@ -130,13 +128,15 @@ struct OnlineSoftmax {
         const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;
         float chain_sum[kChains];
         CUTE_UNROLL
+        for (int k = 0; k < kChains; ++k) chain_sum[k] = 0.f;
+        CUTE_UNROLL
         for (int j = 0; j < kScaleChunks; ++j) {
           const float descale = kFp8 ? row_scales(r) * chunk_scales[j] : 1.f;
           CUTE_UNROLL
           for (int c = 0; c < kChunkColumns; ++c) {
             float& score = s(r, j * kChunkColumns + c);
             score = exp2f(exponent_of(score, r, descale, shifted_max));
-            chain_sum[c % kChains] = j == 0 && c < kChains ? score : chain_sum[c % kChains] + score;
+            chain_sum[c % kChains] += score;
           }
         }
         float block_sum = chain_sum[0];
