@@ -19,25 +19,6 @@ __device__ __forceinline__ float quad_allreduce(float value, Op op) {
   return op(value, __shfl_xor_sync(0xffffffff, value, 2));
 }
 
-// 2^x computed on the FMA and integer pipes rather than the MUFU, for a share of a step's
-// exponentials: the MUFU issues an EX2 for a warp in several cycles, while the other pipes sit idle
-// through the exponentials (FlashAttention-4's remedy on Blackwell). 2^x = 2^j * 2^f, with j = x
-// rounded to an integer by adding 1.5 * 2^23 and f in [-0.5, 0.5] by a cubic (a relative 7.5e-5,
-// against bf16's 2^-9 for P). For x <= 128: -inf gives 0 (x clamps to -127, and 2^-127 is built
-// with exponent bits 0), NaN stays NaN (max.NaN), as ex2.approx.ftz gives them.
-__device__ __forceinline__ float exp2_on_fma_pipe(float x) {
-  float clamped;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(clamped) : "f"(x), "f"(-127.f));
-  constexpr float kRoundToInteger = 12582912.f;  // 1.5 * 2^23: the sum's low mantissa bits hold j
-  const float shifted = __fadd_rn(clamped, kRoundToInteger);
-  const float fraction = __fadd_rn(clamped, -__fadd_rn(shifted, -kRoundToInteger));
-  const float power_of_fraction =
-      fmaf(fmaf(fmaf(0.0551716685f, fraction, 0.2426111400f), fraction, 0.6932609677f), fraction, 0.9999280572f);
-  // 2^j as a float: j + 127 in the exponent field (j's two's complement bits shifted up, plus the bias).
-  const float power_of_integer = __uint_as_float((__float_as_uint(shifted) << 23) + 0x3f800000u);
-  return power_of_fraction * power_of_integer;
-}
-
 template <int kRows>
 using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 
@@ -50,8 +31,6 @@ using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 template <int kRows, bool kFp8 = false, int kScaleChunks = 1>
 struct OnlineSoftmax {
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;
-  // Every kFmaExp2Every-th column of a row takes exp2_on_fma_pipe (0: none).
-  static constexpr int kFmaExp2Every = 4;
   static constexpr float kPOffsetInverse = kFp8 ? 1.f / 256.f : 1.f;  // 2^-kPLog2Offset
   using ChunkScales = cute::array<float, kScaleChunks>;
 
@@ -110,29 +89,27 @@ struct OnlineSoftmax {
     }
     // Maxima and sums in kChains independent chains per row, so that each dependent FMNMX / FADD
     // waits on one kChains places back rather than on the last (their latency, not their count,
-    // bounded the loop: ncu's "stall wait"). Each chain starts at its first value, not at -inf or
-    // 0: fmaxf(-inf, x) and 0 + x are instructions that ptxas must keep (for a NaN x and for -0),
-    // ten FMNMX and eight FADD of a head_dim 128 step that issues some 500.
+    // bounded the loop: ncu's "stall wait").
     constexpr int kChains = kChunkColumns % 4 == 0 ? 4 : (kChunkColumns % 2 == 0 ? 2 : 1);
     RowVector<kRows> rescale, max_or_zero;
     bool fused = true;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float block_max;
+      float block_max = -INFINITY;
       CUTE_UNROLL
       for (int j = 0; j < kScaleChunks; ++j) {
         float chain_max[kChains];
         CUTE_UNROLL
+        for (int k = 0; k < kChains; ++k) chain_max[k] = -INFINITY;
+        CUTE_UNROLL
         for (int c = 0; c < kChunkColumns; ++c) {
-          const float score = s(r, j * kChunkColumns + c);
-          chain_max[c % kChains] = c < kChains ? score : fmaxf(chain_max[c % kChains], score);
+          chain_max[c % kChains] = fmaxf(chain_max[c % kChains], s(r, j * kChunkColumns + c));
         }
         float chunk_max = chain_max[0];
         CUTE_UNROLL
         for (int k = 1; k < kChains; ++k) chunk_max = fmaxf(chunk_max, chain_max[k]);
         // The max of the products: descales are > 0.
-        const float scaled_chunk_max = kFp8 ? chunk_max * chunk_scales[j] : chunk_max;
-        block_max = j == 0 ? scaled_chunk_max : fmaxf(block_max, scaled_chunk_max);
+        block_max = fmaxf(block_max, kFp8 ? chunk_max * chunk_scales[j] : chunk_max);
       }
       block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
       if constexpr (kFp8) block_max *= row_scales(r);
@@ -151,15 +128,15 @@ struct OnlineSoftmax {
         const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;
         float chain_sum[kChains];
         CUTE_UNROLL
+        for (int k = 0; k < kChains; ++k) chain_sum[k] = 0.f;
+        CUTE_UNROLL
         for (int j = 0; j < kScaleChunks; ++j) {
           const float descale = kFp8 ? row_scales(r) * chunk_scales[j] : 1.f;
           CUTE_UNROLL
           for (int c = 0; c < kChunkColumns; ++c) {
             float& score = s(r, j * kChunkColumns + c);
-            const float exponent = exponent_of(score, r, descale, shifted_max);
-            const bool on_fma_pipe = kFmaExp2Every > 0 && c % kFmaExp2Every == kFmaExp2Every - 1;
-            score = on_fma_pipe ? exp2_on_fma_pipe(exponent) : exp2f(exponent);
-            chain_sum[c % kChains] = j == 0 && c < kChains ? score : chain_sum[c % kChains] + score;
+            score = exp2f(exponent_of(score, r, descale, shifted_max));
+            chain_sum[c % kChains] += score;
           }
         }
         float block_sum = chain_sum[0];
