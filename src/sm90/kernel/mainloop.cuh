@@ -363,7 +363,7 @@ struct ForwardMainloop {
       Fp8Scales const& v_scales = params.descales.v;
       v_descale = usable_scale(__ldg(v_scales.data + v_scales.index(seq.tensor_batch, head_kv, 0)));
     }
-    auto softmax_step = [&](auto& scores, int n_block, auto const& before_exponentials) CUTLASS_LAMBDA_FUNC_INLINE {
+    auto softmax_step = [&](auto& scores, int n_block) CUTLASS_LAMBDA_FUNC_INLINE {
       if constexpr (kFp8) {
         typename Softmax::ChunkScales k_descale;
         CUTE_UNROLL
@@ -375,9 +375,9 @@ struct ForwardMainloop {
           const int block = params.descales.k_rows_per_scale.div(int(seq.k_begin) + key);
           k_descale[j] = usable_scale(__ldg(k_scales_of_head + block));
         }
-        return softmax.step(scores, q_descale, k_descale, before_exponentials);
+        return softmax.step(scores, q_descale, k_descale);
       } else {
-        return softmax.step(scores, before_exponentials);
+        return softmax.step(scores);
       }
     };
 
@@ -395,8 +395,13 @@ struct ForwardMainloop {
     k_pipeline.consumer_release(k_state);
     ++k_state;
     if (n_block >= unmasked_end || n_block < unmasked_begin) mask.apply(scores, tScS, tile.m_block, n_block);
-    softmax_step(scores, n_block, [](auto const&) {});  // the output is still zero: nothing to rescale
+    softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
     Tensor p = convert_p(scores);
+    // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
+    // runs on the tensor cores, just before the P V it must precede (FlashAttention-3's order),
+    // rather than between the GEMMs of two steps.
+    RowVector<kRows> pending_rescale;
+    fill(pending_rescale, 1.f);
 
     auto overlapped_step = [&](int n_block, auto needs_mask) CUTLASS_LAMBDA_FUNC_INLINE {
       Tensor next_scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
@@ -404,6 +409,7 @@ struct ForwardMainloop {
       v_pipeline.consumer_wait(v_state);
       Pingpong::wait_turn();
       warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), next_scores);
+      Softmax::rescale_output(output, pending_rescale);
       Tensor tOrP = p_as_operand(p);
       warpgroup_gemm<false, false>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
       Pingpong::pass_turn();
@@ -412,12 +418,10 @@ struct ForwardMainloop {
       k_pipeline.consumer_release(k_state);
       ++k_state;
       if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.m_block, n_block);
-      softmax_step(next_scores, n_block, [&](auto const& rescale) CUTLASS_LAMBDA_FUNC_INLINE {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(output);
-        v_pipeline.consumer_release(v_state);
-        Softmax::rescale_output_always(output, rescale);
-      });
+      pending_rescale = softmax_step(next_scores, n_block);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(output);
+      v_pipeline.consumer_release(v_state);
       ++v_state;
       p = convert_p(next_scores);
     };
@@ -430,6 +434,7 @@ struct ForwardMainloop {
     // Every Q K^T of this tile has retired: the producer may bring the next tile's Q.
     barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
     v_pipeline.consumer_wait(v_state);
+    Softmax::rescale_output(output, pending_rescale);
     Tensor tOrP = p_as_operand(p);
     warpgroup_gemm<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
     v_pipeline.consumer_release(v_state);

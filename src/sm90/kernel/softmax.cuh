@@ -50,10 +50,9 @@ struct OnlineSoftmax {
   // rows first, then the exponentials, so the max shuffles of every row are in flight together.
   // `row_descale`, `chunk_descale` (kFp8 only): the positive factors from the scores to true
   // scores; a NaN makes its scores NaN. The quad's lanes hold the same columns' chunks.
-  template <class TensorS, class BeforeExponentials>
+  template <class TensorS>
   __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, RowVector<kRows> const& row_descale,
-                                                   ChunkScales const& chunk_descale,
-                                                   BeforeExponentials const& before_exponentials) {
+                                                   ChunkScales const& chunk_descale) {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
     // The thread's columns run through the tile's 8-column groups in order (one WGMMA atom spans
@@ -146,9 +145,8 @@ struct OnlineSoftmax {
         row_sum(r) = row_sum(r) * rescale(r) + block_sum;
       }
     };
-    before_exponentials(rescale);
     const float c = scale_log2;
-    if (false) {
+    if (__all_sync(0xffffffff, fused)) {
       exponentiate([c](float score, int, float descale, float shifted_max) {
         return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
       });
@@ -162,12 +160,12 @@ struct OnlineSoftmax {
   }
 
   // 16-bit scores are true scores.
-  template <class TensorS, class BeforeExponentials>
-  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, BeforeExponentials const& before_exponentials) {
+  template <class TensorS>
+  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
     static_assert(!kFp8, "FP8 scores need their descales");
     RowVector<kRows> unused_rows;
     ChunkScales unused_chunks;
-    return step(scores, unused_rows, unused_chunks, before_exponentials);
+    return step(scores, unused_rows, unused_chunks);
   }
 
   template <class TensorO>
@@ -180,10 +178,6 @@ struct OnlineSoftmax {
     // at 8k and a fifth on the outlier inputs (bench/softmax_numerics.py); v8 measured no speed
     // change from it. A stale max would skip nearly all, but cost 14% RMSE (performance log v7).
     if (!__any_sync(0xffffffff, needed)) return;
-    rescale_output_always(output, rescale);
-  }
-  template <class TensorO>
-  __device__ __forceinline__ static void rescale_output_always(TensorO& output, RowVector<kRows> const& rescale) {
     Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
