@@ -1,0 +1,186 @@
+// The issue rate of the softmax step's instruction kinds on one SM sub-partition (SMSP): alone, mixed
+// with MUFU.EX2, and beside a warpgroup that issues HGMMAs as the other warpgroup of the pingpong
+// does: the numbers a model of the key loop needs (which pipe an instruction waits for, which
+// kinds share one, what the other warpgroup's GEMMs cost it). Each thread runs eight independent
+// chains, so latency does not bound the rate; one block per SM; clock64 around the loop.
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I.deps/cutlass/include -o /tmp/pipe_rates bench/pipe_rates.cu
+//   /tmp/pipe_rates      (the performance log quotes its output on the H200: bench/results/pipe_rates_h200.txt)
+#include <cstdio>
+#include <utility>
+
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+
+enum class Kind { kEx2, kMax, kFma, kConvertBf16x2, kEx2AndConvert, kEx2AndMax, kEx2AndFma };
+
+template <Kind kKind>
+__device__ __forceinline__ void issue(float& x, float neighbour) {
+  if constexpr (kKind == Kind::kEx2) {
+    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(x) : "f"(-x));
+  } else if constexpr (kKind == Kind::kMax) {
+    asm volatile("max.f32 %0, %1, %2;" : "=f"(x) : "f"(x), "f"(neighbour));
+  } else if constexpr (kKind == Kind::kFma) {
+    asm volatile("fma.rn.ftz.f32 %0, %1, %2, %3;" : "=f"(x) : "f"(x), "f"(0.999f), "f"(neighbour));
+  } else {
+    unsigned packed;
+    asm volatile("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(x), "f"(neighbour));
+    x = __uint_as_float(packed);
+  }
+}
+
+// The mixed kinds alternate MUFU.EX2 (even chains) with the other kind (odd chains).
+template <Kind kKind>
+__global__ void chains(float* sink, long long* cycles, int iterations) {
+  constexpr Kind kOther = kKind == Kind::kEx2AndConvert ? Kind::kConvertBf16x2
+                          : kKind == Kind::kEx2AndMax   ? Kind::kMax
+                          : kKind == Kind::kEx2AndFma   ? Kind::kFma
+                                                        : kKind;
+  constexpr bool kMixed = kOther != kKind;
+  float x[8];
+  for (int i = 0; i < 8; ++i) x[i] = -0.001f * float(threadIdx.x + i);
+  __syncthreads();
+  const long long start = clock64();
+  for (int it = 0; it < iterations; ++it) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (kMixed && i % 2 == 0) {
+        issue<Kind::kEx2>(x[i], 0.f);
+      } else {
+        issue<kOther>(x[i], x[(i + 1) % 8]);
+      }
+    }
+  }
+  __syncthreads();
+  const long long stop = clock64();
+  float sum = 0.f;
+  for (int i = 0; i < 8; ++i) sum += x[i];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;  // keeps the chains live
+  if (threadIdx.x == 0) cycles[blockIdx.x] = stop - start;
+}
+
+template <Kind kKind>
+void measure(char const* name, float* sink, long long* cycles) {
+  constexpr int kIterations = 4096, kSms = 132;
+  for (int warps_per_smsp : {1, 2}) {
+    const int threads = 4 * 32 * warps_per_smsp;
+    chains<kKind><<<kSms, threads>>>(sink, cycles, kIterations);  // warm-up
+    chains<kKind><<<kSms, threads>>>(sink, cycles, kIterations);
+    const cudaError_t status = cudaDeviceSynchronize();
+    long long elapsed = 0;
+    cudaMemcpy(&elapsed, cycles, sizeof(elapsed), cudaMemcpyDeviceToHost);
+    const double per_instruction = double(elapsed) / (double(kIterations) * 8 * warps_per_smsp);
+    printf("%-12s %d warp(s)/SMSP: %5.2f cycles per warp instruction (%s)\n", name, warps_per_smsp,
+           per_instruction, cudaGetErrorString(status));
+  }
+}
+
+// Beside the chains of warpgroup 1, warpgroup 0 issues batches of eight HGMMA 64x128x16 (Q K^T's
+// shape at head_dim 128) from shared memory, waiting for each, until the chains are done.
+using QkMma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+constexpr int kOperandBytes = 65536;
+
+template <size_t... I>
+__device__ __forceinline__ void qk_mma(uint64_t a, uint64_t b, float (&accumulator)[64], std::index_sequence<I...>) {
+  QkMma::fma(a, b, accumulator[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+__device__ uint64_t k_major_sw128_descriptor(uint32_t smem_address) {
+  cute::GmmaDescriptor desc;
+  desc.desc_ = 0;
+  desc.bitfield.start_address_ = smem_address >> 4;
+  desc.bitfield.leading_byte_offset_ = 1;
+  desc.bitfield.stride_byte_offset_ = 1024 >> 4;  // eight 128-byte rows
+  desc.bitfield.layout_type_ = 1;                 // 128-byte swizzle
+  return desc.desc_;
+}
+
+template <Kind kKind>
+__global__ void __launch_bounds__(256) chains_beside_gemms(bool gemms, float* sink, long long* cycles,
+                                                           long long* batches, int iterations) {
+  extern __shared__ __align__(1024) char smem[];
+  volatile int* chains_done = reinterpret_cast<volatile int*>(smem + kOperandBytes);
+  for (int i = threadIdx.x; i < kOperandBytes / 4; i += blockDim.x) reinterpret_cast<float*>(smem)[i] = 0.f;
+  if (threadIdx.x == 0) *chains_done = 0;
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    if (!gemms) return;
+    float accumulator[64] = {};
+    const uint32_t a = uint32_t(__cvta_generic_to_shared(smem)), b = a + kOperandBytes / 2;
+    long long batch_count = 0;
+    while (!*chains_done) {
+      cute::warpgroup_arrive();
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        qk_mma(k_major_sw128_descriptor(a + 32 * k), k_major_sw128_descriptor(b + 32 * k), accumulator,
+               std::make_index_sequence<64>{});
+      }
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<0>();
+      ++batch_count;
+    }
+    float sum = 0.f;
+    for (float value : accumulator) sum += value;
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+    if (threadIdx.x == 0) batches[blockIdx.x] = batch_count;
+    return;
+  }
+  float x[8];
+  for (int i = 0; i < 8; ++i) x[i] = -0.001f * float(threadIdx.x + i);
+  const long long start = clock64();
+  for (int it = 0; it < iterations; ++it) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) issue<kKind>(x[i], x[(i + 1) % 8]);
+  }
+  const long long stop = clock64();
+  asm volatile("bar.sync 1, 128;");  // every chain warp done before the GEMMs stop
+  if (threadIdx.x == 128) *chains_done = 1, cycles[blockIdx.x] = stop - start;
+  float sum = 0.f;
+  for (int i = 0; i < 8; ++i) sum += x[i];
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+
+template <Kind kKind>
+void measure_beside_gemms(char const* name, float* sink, long long* cycles, long long* batches) {
+  constexpr int kIterations = 8192, kSms = 132, kSmem = kOperandBytes + 128;
+  cudaFuncSetAttribute(chains_beside_gemms<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  for (bool gemms : {false, true}) {
+    chains_beside_gemms<kKind><<<kSms, 256, kSmem>>>(gemms, sink, cycles, batches, kIterations);  // warm-up
+    chains_beside_gemms<kKind><<<kSms, 256, kSmem>>>(gemms, sink, cycles, batches, kIterations);
+    const cudaError_t status = cudaDeviceSynchronize();
+    long long elapsed = 0, batch_count = 0;
+    cudaMemcpy(&elapsed, cycles, sizeof(elapsed), cudaMemcpyDeviceToHost);
+    cudaMemcpy(&batch_count, batches, sizeof(batch_count), cudaMemcpyDeviceToHost);
+    printf("%-12s 1 warp/SMSP, %s: %5.2f cycles per warp instruction", name,
+           gemms ? "beside HGMMAs" : "other idle   ", double(elapsed) / (double(kIterations) * 8));
+    if (gemms && batch_count > 0) printf(" (%.0f cycles per batch of 8 HGMMA)", double(elapsed) / double(batch_count));
+    printf(" (%s)\n", cudaGetErrorString(status));
+  }
+}
+
+int main() {
+  float* sink = nullptr;
+  long long* cycles = nullptr;
+  if (cudaMalloc(&sink, 132 * 256 * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&cycles, 132 * sizeof(long long)) != cudaSuccess) {
+    printf("cudaMalloc failed\n");
+    return 1;
+  }
+  measure<Kind::kEx2>("MUFU.EX2", sink, cycles);
+  measure<Kind::kMax>("FMNMX", sink, cycles);
+  measure<Kind::kFma>("FFMA", sink, cycles);
+  measure<Kind::kConvertBf16x2>("F2FP.BF16", sink, cycles);
+  measure<Kind::kEx2AndConvert>("EX2 + F2FP", sink, cycles);
+  measure<Kind::kEx2AndMax>("EX2 + FMNMX", sink, cycles);
+  measure<Kind::kEx2AndFma>("EX2 + FFMA", sink, cycles);
+  long long* batches = nullptr;
+  if (cudaMalloc(&batches, 132 * sizeof(long long)) != cudaSuccess) {
+    printf("cudaMalloc failed\n");
+    return 1;
+  }
+  cudaMemset(batches, 0, 132 * sizeof(long long));
+  measure_beside_gemms<Kind::kEx2>("MUFU.EX2", sink, cycles, batches);
+  measure_beside_gemms<Kind::kFma>("FFMA", sink, cycles, batches);
+  measure_beside_gemms<Kind::kMax>("FMNMX", sink, cycles, batches);
+  measure_beside_gemms<Kind::kConvertBf16x2>("F2FP.BF16", sink, cycles, batches);
+  return 0;
+}
