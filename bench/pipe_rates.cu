@@ -1,8 +1,9 @@
 // The issue rate of the softmax step's instruction kinds on one SM sub-partition (SMSP): alone, mixed
 // with MUFU.EX2, and beside a warpgroup that issues HGMMAs as the other warpgroup of the pingpong
 // does: the numbers a model of the key loop needs (which pipe an instruction waits for, which
-// kinds share one, what the other warpgroup's GEMMs cost it). Each thread runs eight independent
-// chains, so latency does not bound the rate; one block per SM; clock64 around the loop.
+// kinds share one, what the other warpgroup's GEMMs cost it). Each thread runs eight chains, each
+// reading one other chain's last value, so latency does not bound the rate; one block per SM;
+// clock64 around the loop.
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I.deps/cutlass/include -o /tmp/pipe_rates bench/pipe_rates.cu
 //   /tmp/pipe_rates      (the performance log quotes its output on the H200: bench/results/pipe_rates_h200.txt)
 #include <cstdio>
@@ -10,6 +11,9 @@
 
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
+
+constexpr int kSms = 132;                 // the H100 / H200 SXM: one block on each
+constexpr int kMaxThreadsPerBlock = 256;  // 2 warps per SMSP, or 2 warpgroups
 
 enum class Kind { kEx2, kMax, kFma, kConvertBf16x2, kEx2AndConvert, kEx2AndMax, kEx2AndFma };
 
@@ -60,12 +64,13 @@ __global__ void chains(float* sink, long long* cycles, int iterations) {
 
 template <Kind kKind>
 void measure(char const* name, float* sink, long long* cycles) {
-  constexpr int kIterations = 4096, kSms = 132;
+  constexpr int kIterations = 4096;
   for (int warps_per_smsp : {1, 2}) {
     const int threads = 4 * 32 * warps_per_smsp;
     chains<kKind><<<kSms, threads>>>(sink, cycles, kIterations);  // warm-up
     chains<kKind><<<kSms, threads>>>(sink, cycles, kIterations);
-    const cudaError_t status = cudaDeviceSynchronize();
+    cudaError_t status = cudaGetLastError();
+    if (status == cudaSuccess) status = cudaDeviceSynchronize();
     long long elapsed = 0;
     cudaMemcpy(&elapsed, cycles, sizeof(elapsed), cudaMemcpyDeviceToHost);
     const double per_instruction = double(elapsed) / (double(kIterations) * 8 * warps_per_smsp);
@@ -95,7 +100,7 @@ __device__ uint64_t k_major_sw128_descriptor(uint32_t smem_address) {
 }
 
 template <Kind kKind>
-__global__ void __launch_bounds__(256) chains_beside_gemms(bool gemms, float* sink, long long* cycles,
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) chains_beside_gemms(bool gemms, float* sink, long long* cycles,
                                                            long long* batches, int iterations) {
   extern __shared__ __align__(1024) char smem[];
   volatile int* chains_done = reinterpret_cast<volatile int*>(smem + kOperandBytes);
@@ -141,12 +146,13 @@ __global__ void __launch_bounds__(256) chains_beside_gemms(bool gemms, float* si
 
 template <Kind kKind>
 void measure_beside_gemms(char const* name, float* sink, long long* cycles, long long* batches) {
-  constexpr int kIterations = 8192, kSms = 132, kSmem = kOperandBytes + 128;
+  constexpr int kIterations = 8192, kSmem = kOperandBytes + 128;
   cudaFuncSetAttribute(chains_beside_gemms<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   for (bool gemms : {false, true}) {
-    chains_beside_gemms<kKind><<<kSms, 256, kSmem>>>(gemms, sink, cycles, batches, kIterations);  // warm-up
-    chains_beside_gemms<kKind><<<kSms, 256, kSmem>>>(gemms, sink, cycles, batches, kIterations);
-    const cudaError_t status = cudaDeviceSynchronize();
+    chains_beside_gemms<kKind><<<kSms, kMaxThreadsPerBlock, kSmem>>>(gemms, sink, cycles, batches, kIterations);  // warm-up
+    chains_beside_gemms<kKind><<<kSms, kMaxThreadsPerBlock, kSmem>>>(gemms, sink, cycles, batches, kIterations);
+    cudaError_t status = cudaGetLastError();
+    if (status == cudaSuccess) status = cudaDeviceSynchronize();
     long long elapsed = 0, batch_count = 0;
     cudaMemcpy(&elapsed, cycles, sizeof(elapsed), cudaMemcpyDeviceToHost);
     cudaMemcpy(&batch_count, batches, sizeof(batch_count), cudaMemcpyDeviceToHost);
@@ -160,8 +166,8 @@ void measure_beside_gemms(char const* name, float* sink, long long* cycles, long
 int main() {
   float* sink = nullptr;
   long long* cycles = nullptr;
-  if (cudaMalloc(&sink, 132 * 256 * sizeof(float)) != cudaSuccess ||
-      cudaMalloc(&cycles, 132 * sizeof(long long)) != cudaSuccess) {
+  if (cudaMalloc(&sink, kSms * kMaxThreadsPerBlock * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&cycles, kSms * sizeof(long long)) != cudaSuccess) {
     printf("cudaMalloc failed\n");
     return 1;
   }
@@ -173,11 +179,11 @@ int main() {
   measure<Kind::kEx2AndMax>("EX2 + FMNMX", sink, cycles);
   measure<Kind::kEx2AndFma>("EX2 + FFMA", sink, cycles);
   long long* batches = nullptr;
-  if (cudaMalloc(&batches, 132 * sizeof(long long)) != cudaSuccess) {
+  if (cudaMalloc(&batches, kSms * sizeof(long long)) != cudaSuccess) {
     printf("cudaMalloc failed\n");
     return 1;
   }
-  cudaMemset(batches, 0, 132 * sizeof(long long));
+  cudaMemset(batches, 0, kSms * sizeof(long long));
   measure_beside_gemms<Kind::kEx2>("MUFU.EX2", sink, cycles, batches);
   measure_beside_gemms<Kind::kFma>("FFMA", sink, cycles, batches);
   measure_beside_gemms<Kind::kMax>("FMNMX", sink, cycles, batches);
