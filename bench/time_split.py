@@ -9,6 +9,7 @@
 A call is GPU-bound where its GPU time exceeds its host time; the benchmarks' figures (do_bench:
 back-to-back calls) read the larger of the two.
 Usage: python3 bench/time_split.py > bench/results/time_split_<commit>_h200.txt
+       (--quantize-only: the quantisation calls alone, for a library built without every kernel)
 """
 import argparse
 import sys
@@ -51,6 +52,8 @@ def host_us(fn, calls):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=20, help="calls per measurement (a few launches each)")
+    parser.add_argument("--quantize-only", action="store_true",
+                        help="time the quantisation calls only (no attention kernel needed)")
     args = parser.parse_args()
     torch.manual_seed(0)
     print(f"{'head_dim':>8} {'seqlen':>6} {'call':<12} {'GPU ms':>8} {'host us':>8}")
@@ -68,6 +71,8 @@ def main():
                 "fp8_e2e": lambda: hopattn.attention_fp8(q, k, v),
                 "bf16": lambda: hopattn.attention(q, k, v),
             }
+            if args.quantize_only:
+                calls = {name: fn for name, fn in calls.items() if name.startswith("quantize")}
             for name, fn in calls.items():
                 print(f"{head_dim:>8} {seqlen:>6} {name:<12} {gpu_ms(fn, args.calls):8.3f} "
                       f"{host_us(fn, args.calls):8.1f}", flush=True)

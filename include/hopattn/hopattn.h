@@ -308,10 +308,11 @@ HOPATTN_API hopattn_status hopattn_init_quantize_options(hopattn_quantize_option
  *   scales: float32, contiguous, in options->scaling's layout
  * out and scales share no memory with x or each other. With options->hadamard, x is rotated
  * first (above). Each scale is amax / 448, amax the largest |value| of its block after the
- * rotation, and out = e4m3(value / scale), rounded to nearest even and saturated to +-448; so
- * value ~ e4m3 value of out * scale. A block of zeros gets scale 1 (never 0 or NaN), so it
- * dequantises to exact zeros; a block so small that amax / 448 underflows (amax below 448 * 2^-150)
- * gets the smallest subnormal, 2^-149, never 0.
+ * rotation, and out = e4m3(value * (1 / scale)) (float32 operations), rounded to nearest even and
+ * saturated to +-448; so value ~ e4m3 value of out * scale. A block of zeros gets scale 1 (never 0
+ * or NaN), so it dequantises to exact zeros; a block so small that amax / 448 lies below the
+ * smallest normal float (amax below 448 * 2^-126) gets that float, 2^-126, so that 1 / scale is
+ * finite.
  * Non-finite values: a block holding a NaN or an infinity (after the rotation, which spreads one
  * to its whole head_dim vector) gets scale NaN if it holds a NaN, else +inf, and every element of
  * the block is e4m3 NaN (0x7f): every element dequantises to NaN, none to a wrong finite value.

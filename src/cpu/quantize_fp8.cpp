@@ -1,7 +1,8 @@
 // FP8 quantisation on the CPU (hopattn_quantize_fp8): two passes over (batch, head) tasks on the
 // thread pool. The first rotates every row (core/hadamard.hpp) and takes the amax of each row
 // block; the scales follow from the amaxes (reduced over the whole tensor for kTensor); the
-// second rotates each row again, identically, and writes e4m3(value / scale). Recomputing the
+// second rotates each row again, identically, and writes the codes of value / scale
+// (core/fp8_scale.hpp's rule). Recomputing the
 // rotation costs less than a float32 copy of x would in memory.
 #include <algorithm>
 #include <cmath>
@@ -62,7 +63,8 @@ void write_codes(const QuantizeProblem& p, int64_t b, int64_t head, const float*
       continue;
     }
     load_row<Element>(p, b, row, head, values.data());
-    for (int64_t i = 0; i < p.head_dim; ++i) out[i] = from_float<float8_e4m3>(values[i] / s);
+    const float reciprocal = fp8_reciprocal_of(s);
+    for (int64_t i = 0; i < p.head_dim; ++i) out[i] = from_float<float8_e4m3>(fp8_scaled(values[i], reciprocal));
   }
 }
 

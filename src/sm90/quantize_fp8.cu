@@ -5,9 +5,10 @@
 //     does: D from hadamard_sign, fast_walsh_hadamard's butterflies spread over the lanes of a row
 //     (rotate() says why that is the same sequence of operations per element), its normalising
 //     factor taken from fast_walsh_hadamard itself (normalising_factor());
-//   - the scale is core/fp8_scale.hpp's fp8_scale_of, the code from_float<float8_e4m3>(value /
-//     scale) (computed by the hardware's conversion: e4m3_codes says why that is the same), and a
-//     block whose scale is not finite gets NaN codes (0x7f), as on the CPU;
+//   - the scale is core/fp8_scale.hpp's fp8_scale_of, the code from_float<float8_e4m3>(fp8_scaled(
+//     value, fp8_reciprocal_of(scale))) (the rounding done by the hardware's conversion:
+//     e4m3_codes says why that is the same), and a block whose scale is not finite gets NaN codes
+//     (0x7f), as on the CPU;
 //   - every rounding float operation is an ieee_* of core/fp8_scale.hpp (.rn PTX without .ftz:
 //     this library is compiled with --use_fast_math), and every test of a float goes through its
 //     bits;
@@ -219,6 +220,14 @@ HOPATTN_HOST_DEVICE void butterfly(float& a, float& b) {
   b = difference;
 }
 
+// partner + sign * own (sign +1 or -1) rounded once, as fma.rn.f32 without .ftz: the product is
+// exact, so this is ieee_add(partner, +-own) in every bit, in one instruction instead of two.
+__device__ float signed_sum(float partner, float sign, float own) {
+  float sum;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(sum) : "f"(own), "f"(sign), "f"(partner));
+  return sum;
+}
+
 // hadamard_rotate(row, head_dim, seed) on the row spread over the group's lanes.
 //
 // Why the result is bit for bit fast_walsh_hadamard's: that function makes log2(n) passes, half =
@@ -230,10 +239,11 @@ HOPATTN_HOST_DEVICE void butterfly(float& a, float& b) {
 // lowest log2(kVec) bits in k, the next log2(lanes) in sublane and the top ones in j, so the passes
 // are, in fast_walsh_hadamard's order: half < kVec between registers k and k + half; kVec <= half
 // < kVec * lanes between the lane and its partner sublane ^ (half / kVec), the same register, by
-// shuffle; and the rest between registers j and j + half / (kVec * lanes). The lane holding the
-// pair's first element computes a + b as ieee_add(partner's b, own a) (IEEE addition is
-// commutative, bit for bit for non-NaN operands, and a NaN makes the block NaN whatever its bits),
-// the lane holding the second a - b as ieee_add(partner's a, -own b), which IEEE defines to be a - b.
+// shuffle; and the rest between registers j and j + half / (kVec * lanes). A lane pass is one
+// signed_sum: the lane holding the pair's first element computes a + b as partner's b + 1 * own a
+// (IEEE addition is commutative, bit for bit for non-NaN operands, and a NaN makes the block NaN
+// whatever its bits), the lane holding the second a - b as partner's a + (-1) * own b, which IEEE
+// defines to be a - b (the products are exact, so each is one rounding of the sum).
 // D before (multiplying by -1 is flipping the sign bit, exactly) and the one normalising multiply
 // after are per element.
 template <int kVec, int kChunks>
@@ -259,13 +269,13 @@ __device__ void rotate(const Params& p, const RowLane<kVec, kChunks>& lane, floa
 #pragma unroll
   for (int lane_half = 1; lane_half < 32; lane_half *= 2) {
     if (lane_half >= p.lanes) break;  // the same for the whole warp
-    const uint32_t negate = (lane.sublane & lane_half) != 0 ? 0x80000000u : 0u;
+    const float sign = (lane.sublane & lane_half) != 0 ? -1.f : 1.f;
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const float partner = __shfl_xor_sync(0xffffffffu, values[j][k], lane_half);
-        values[j][k] = ieee_add(partner, float_of_bits(bits_of(values[j][k]) ^ negate));
+        values[j][k] = signed_sum(partner, sign, values[j][k]);
       }
     }
   }
@@ -365,6 +375,7 @@ __device__ void store_held_codes(const Params& p, const Tile& tile, const RowLan
     const int r = held.row_in_tile(i);
     const float scale = scale_of_slot(slot_of(p, tile, r));
     const bool finite = is_finite_bits(scale);
+    const float reciprocal = fp8_reciprocal_of(scale);
     const int64_t row = tile.begin + r;
     uint8_t* out = p.out + tile.b * p.out_stride.batch + row * p.out_stride.seq + tile.head * p.out_stride.head;
 #pragma unroll
@@ -375,11 +386,11 @@ __device__ void store_held_codes(const Params& p, const Tile& tile, const RowLan
       uint8_t codes[kVec];
       if (finite) {
         if constexpr (kVec == 1) {
-          codes[0] = static_cast<uint8_t>(e4m3_codes(ieee_div(values[0], scale), 0.f));
+          codes[0] = static_cast<uint8_t>(e4m3_codes(fp8_scaled(values[0], reciprocal), 0.f));
         } else {
 #pragma unroll
           for (int k = 0; k < kVec; k += 2) {
-            const uint32_t pair = e4m3_codes(ieee_div(values[k], scale), ieee_div(values[k + 1], scale));
+            const uint32_t pair = e4m3_codes(fp8_scaled(values[k], reciprocal), fp8_scaled(values[k + 1], reciprocal));
             codes[k] = static_cast<uint8_t>(pair);
             codes[k + 1] = static_cast<uint8_t>(pair >> 8);
           }

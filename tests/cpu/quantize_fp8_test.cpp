@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/fp8_scale.hpp"
 #include "core/hadamard.hpp"
 #include "hopattn/hopattn.h"
 #include "hopattn/hopattn.hpp"
@@ -88,7 +89,7 @@ const hopattn_fp8_scaling kModes[] = {HOPATTN_FP8_SCALE_TENSOR, HOPATTN_FP8_SCAL
                                       HOPATTN_FP8_SCALE_BLOCK};
 
 // |dequantised - value| within half an e4m3 ulp: 2^-4 |value| for normals, 2^-10 scale below
-// 2^-6 scale (subnormals), plus the float32 rounding of value / scale.
+// 2^-6 scale (subnormals), plus the float32 rounding of value * (1 / scale).
 void expect_within_half_ulp(float value, uint8_t code, float scale) {
   const double dequantised = static_cast<double>(to_float(float8_e4m3{code})) * scale;
   const double bound = std::max(std::ldexp(std::fabs(value), -4), std::ldexp(scale, -10));
@@ -114,7 +115,7 @@ TEST(QuantizeFp8, RoundTripsWithinHalfAnUlpInEveryMode) {
             const size_t index = q.scale_index(b, row, h);
             for (int64_t i = 0; i < q.head_dim; ++i) {
               expect_within_half_ulp(values[i], q.code(b, row, h, i), s);
-              ASSERT_EQ(q.code(b, row, h, i), from_float<float8_e4m3>(values[i] / s).bits);
+              ASSERT_EQ(q.code(b, row, h, i), from_float<float8_e4m3>(values[i] * (1.f / s)).bits);
               amax[index] = std::max(amax[index], std::fabs(values[i]));
             }
           }
@@ -198,6 +199,27 @@ TEST(QuantizeFp8, ABlockOfZerosHasScaleOneAndDequantisesToZeros) {
   q.run();
   EXPECT_EQ(q.scales[0], 1.f);
   EXPECT_EQ(to_float(float8_e4m3{q.code(1, 299, 2, 63)}), 0.f);
+}
+
+// A block whose amax / 448 lies below the smallest normal float gets that float, 2^-126, as its
+// scale (core/fp8_scale.hpp): its reciprocal 2^126 is finite, and each code is value * 2^126
+// rounded, exact before the rounding.
+TEST(QuantizeFp8, TinyBlocksHaveTheSmallestNormalScale) {
+  Quantized q;
+  q.options.hadamard = 0;  // the codes are then x's own
+  for (int64_t row = 128; row < 256; ++row) {
+    for (int64_t i = 0; i < q.head_dim; ++i) q.at(0, row, 1, i) *= 0x1p-130f;
+  }
+  q.at(0, 130, 1, 3) = 0x1p-149f;  // a subnormal input
+  q.run();
+  EXPECT_EQ(q.scale(0, 128, 1), 0x1p-126f);
+  EXPECT_EQ(fp8_reciprocal_of(0x1p-126f), 0x1p126f);
+  for (int64_t row = 128; row < 256; ++row) {
+    for (int64_t i = 0; i < q.head_dim; ++i) {
+      ASSERT_EQ(q.code(0, row, 1, i), from_float<float8_e4m3>(std::ldexp(q.at(0, row, 1, i), 126)).bits);
+    }
+  }
+  EXPECT_EQ(q.code(0, 130, 1, 3), 0x00);  // 2^-23 rounds to e4m3's zero
 }
 
 // hopattn.h: a block holding a NaN or an infinity (after the rotation) is all NaN codes, with
@@ -290,7 +312,7 @@ TEST(QuantizeFp8, TheSeedPicksTheRotation) {
   EXPECT_NE(a.out, b.out);
   EXPECT_NE(a.out, off.out);
   // Without the rotation, the codes are x's own.
-  EXPECT_EQ(off.code(1, 7, 2, 5), from_float<float8_e4m3>(off.at(1, 7, 2, 5) / off.scale(1, 7, 2)).bits);
+  EXPECT_EQ(off.code(1, 7, 2, 5), from_float<float8_e4m3>(off.at(1, 7, 2, 5) * (1.f / off.scale(1, 7, 2))).bits);
 }
 
 // Rotating q and k with one seed keeps q . k: after quantisation, within the FP8 error.

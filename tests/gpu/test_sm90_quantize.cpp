@@ -38,7 +38,7 @@ constexpr uint8_t kScalePoison = 0xa5;
 enum class Values {
   kMixed,       // N(0, 1) times 2^e with e drawn per row; some rows of zeros, some -0 and 0 entries
   kSpecial,     // kMixed, and NaN, +inf and -inf in a few rows; a row of e4m3 ties at scale 1
-  kExtreme,     // float32 and bfloat16: subnormal rows (amax / 448 underflows), near-FLT_MAX rows
+  kExtreme,     // float32 and bfloat16: subnormal rows (amax / 448 below the scale's floor), near-FLT_MAX rows
                 // whose rotation overflows (to inf, and inf - inf to NaN)
 };
 
@@ -155,8 +155,8 @@ void fill_row(const QuantizeCase& c, int64_t b, int64_t row, int64_t head, std::
       at(2) = -kInf;  // +inf and -inf: the rotation makes inf - inf = NaN
     }
     if (key % 101 == 50) {
-      // 448 and exact e4m3 midpoints: at scale 1 (no rotation) every division is exact and each code
-      // a round-to-nearest-even tie.
+      // 448 and exact e4m3 midpoints: at scale 1 (no rotation) every value's scaled operand is exact
+      // and each code a round-to-nearest-even tie.
       const float ties[] = {448.f, 1.0625f, -1.1875f, 17.f, 9.5f, 0.01171875f, -240.f, 0.0009765625f};
       for (int64_t i = 0; i < c.head_dim; ++i) at(i) = ties[i % 8];
     }
@@ -164,7 +164,7 @@ void fill_row(const QuantizeCase& c, int64_t b, int64_t row, int64_t head, std::
   if (c.values == Values::kExtreme) {
     std::uniform_int_distribution<int> pick(0, 5);
     switch (pick(rng)) {
-      case 0:  // subnormal only, amax below 448 * 2^-150: the scale's underflow
+      case 0:  // subnormal only, amax / 448 far below 2^-126: the scale's floor
         for (float& v : values) v = normal(rng) * 0x1p-146f;
         break;
       case 1:  // subnormal and a few normal

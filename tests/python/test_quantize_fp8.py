@@ -69,7 +69,7 @@ def test_codes_match_the_emulation_without_rotation(numerics, scaling):
         per_row = np.repeat(blocks.transpose(0, 2, 1), [64, 64, 64, 8], 2).transpose(0, 2, 1)
         per_row = (per_row / np.float32(448)).astype(np.float32)
     np.testing.assert_array_equal(scales, expected)
-    values = numerics.e4m3(x / per_row[..., None])  # float32 quotient, as the library's
+    values = numerics.e4m3(x * (np.float32(1) / per_row[..., None]))  # float32, as the library's
     np.testing.assert_array_equal(decode(codes, numerics), values)
 
 
