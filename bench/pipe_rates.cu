@@ -112,7 +112,15 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) chains_beside_gemms(bool 
     float accumulator[64] = {};
     const uint32_t a = uint32_t(__cvta_generic_to_shared(smem)), b = a + kOperandBytes / 2;
     long long batch_count = 0;
-    while (!*chains_done) {
+    // The four warps must agree on the last batch (an HGMMA some of them skip is an illegal
+    // instruction): the flag is read by each and OR-reduced over the warpgroup.
+    auto all_see_done = [&] {
+      int done;
+      asm volatile("{ .reg .pred seen, any; setp.ne.s32 seen, %1, 0; bar.red.or.pred any, 2, 128, seen;"
+                   " selp.s32 %0, 1, 0, any; }" : "=r"(done) : "r"(*chains_done));
+      return done != 0;
+    };
+    while (!all_see_done()) {
       cute::warpgroup_arrive();
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
