@@ -246,33 +246,23 @@ __device__ float signed_sum(float partner, float sign, float own) {
 // defines to be a - b (the products are exact, so each is one rounding of the sum).
 // D before (multiplying by -1 is flipping the sign bit, exactly) and the one normalising multiply
 // after are per element.
-//
-// All held rows go through each pass together: a lane pass is a branch (its count is the row's
-// lane count), so one pass at a time over one row would leave ptxas a block of 16 shuffles and
-// their adds to schedule, where kRows rows give it kRows times as many independent ones.
-template <int kRows, int kVec, int kChunks>
-__device__ void rotate(const Params& p, const RowLane<kVec, kChunks>& lane, float (&rows)[kRows][kChunks][kVec]) {
+template <int kVec, int kChunks>
+__device__ void rotate(const Params& p, const RowLane<kVec, kChunks>& lane, float (&values)[kChunks][kVec]) {
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
+  for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const uint32_t sign = ((lane.negative >> (j * kVec + k)) & 1u) << 31;
-        rows[i][j][k] = float_of_bits(bits_of(rows[i][j][k]) ^ sign);
-      }
+    for (int k = 0; k < kVec; ++k) {
+      const uint32_t sign = ((lane.negative >> (j * kVec + k)) & 1u) << 31;
+      values[j][k] = float_of_bits(bits_of(values[j][k]) ^ sign);
     }
   }
 #pragma unroll
   for (int half = 1; half < kVec; half *= 2) {
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          if ((k & half) == 0) butterfly(rows[i][j][k], rows[i][j][k + half]);
-        }
+      for (int k = 0; k < kVec; ++k) {
+        if ((k & half) == 0) butterfly(values[j][k], values[j][k + half]);
       }
     }
   }
@@ -281,14 +271,11 @@ __device__ void rotate(const Params& p, const RowLane<kVec, kChunks>& lane, floa
     if (lane_half >= p.lanes) break;  // the same for the whole warp
     const float sign = (lane.sublane & lane_half) != 0 ? -1.f : 1.f;
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const float partner = __shfl_xor_sync(0xffffffffu, rows[i][j][k], lane_half);
-          rows[i][j][k] = signed_sum(partner, sign, rows[i][j][k]);
-        }
+      for (int k = 0; k < kVec; ++k) {
+        const float partner = __shfl_xor_sync(0xffffffffu, values[j][k], lane_half);
+        values[j][k] = signed_sum(partner, sign, values[j][k]);
       }
     }
   }
@@ -296,44 +283,34 @@ __device__ void rotate(const Params& p, const RowLane<kVec, kChunks>& lane, floa
   for (int chunk_half = 1; chunk_half < kChunks; chunk_half *= 2) {
     if (chunk_half >= p.chunks) break;  // the chunks past p.chunks hold no element
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kChunks; ++j) {
+      if ((j & chunk_half) != 0) continue;
 #pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-        if ((j & chunk_half) != 0) continue;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) butterfly(rows[i][j][k], rows[i][j + chunk_half][k]);
-      }
+      for (int k = 0; k < kVec; ++k) butterfly(values[j][k], values[j + chunk_half][k]);
     }
   }
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
+  for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) rows[i][j][k] = ieee_mul(rows[i][j][k], p.norm);
-    }
+    for (int k = 0; k < kVec; ++k) values[j][k] = ieee_mul(values[j][k], p.norm);
   }
 }
 
-// Each held row's amax as float bits, in every lane of its group (the rows reduced together, as
-// in rotate()).
-template <int kRows, int kVec, int kChunks>
-__device__ void row_amax_bits(const Params& p, const float (&rows)[kRows][kChunks][kVec], uint32_t (&amax)[kRows]) {
+// The row's amax as float bits, in every lane of its group.
+template <int kVec, int kChunks>
+__device__ uint32_t row_amax_bits(const Params& p, const float (&values)[kChunks][kVec]) {
+  uint32_t amax = 0;
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    amax[i] = 0;
+  for (int j = 0; j < kChunks; ++j) {
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) amax[i] = max(amax[i], bits_of(rows[i][j][k]) & 0x7fffffffu);
-    }
+    for (int k = 0; k < kVec; ++k) amax = max(amax, bits_of(values[j][k]) & 0x7fffffffu);
   }
 #pragma unroll
   for (int offset = 1; offset < 32; offset *= 2) {
     if (offset >= p.lanes) break;
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) amax[i] = max(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], offset));
+    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   }
+  return amax;
 }
 
 // The tile's rows that `held` covers, loaded (all of them before any is used), then rotated.
@@ -346,19 +323,20 @@ __device__ void load_held_rows(const Params& p, const Tile& tile, const RowLane<
     load_row<Element, kVec, kChunks, kLastUse>(p, tile, tile.begin + held.row_in_tile(i), lane.sublane,
                                                held.active(i) && wanted(i), held.values[i]);
   }
-  if (p.hadamard) rotate(p, lane, held.values);
+  if (!p.hadamard) return;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) rotate(p, lane, held.values[i]);
 }
 
 // The amax of each of the tile's blocks that `held` meets, into slot_amax (zeroed by the caller).
 template <int kRows, int kVec, int kChunks>
 __device__ void held_amaxes(const Params& p, const Tile& tile, const RowLane<kVec, kChunks>& lane,
                             const HeldRows<kRows, kVec, kChunks>& held, uint32_t* slot_amax) {
-  uint32_t amax[kRows];
-  row_amax_bits(p, held.values, amax);
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    if (held.active(i) && lane.sublane == 0 && amax[i] != 0) {
-      atomicMax(&slot_amax[slot_of(p, tile, held.row_in_tile(i))], amax[i]);
+    const uint32_t amax = row_amax_bits(p, held.values[i]);
+    if (held.active(i) && lane.sublane == 0 && amax != 0) {
+      atomicMax(&slot_amax[slot_of(p, tile, held.row_in_tile(i))], amax);
     }
   }
 }
