@@ -63,11 +63,26 @@ struct ForwardConfig {
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O += P V
   using WarpgroupLayout = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
 
-  // Q and K from shared memory; P from registers (it never leaves them), V^T from shared memory:
-  // 16-bit reads it MN-major from V's buffer as TMA filled it, FP8 K-major from the transposed copy.
-  using TiledMmaQK = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
-      WarpgroupLayout{}));
+  // Q from registers (kQInRegisters) or shared memory, K from shared memory; P from registers (it
+  // never leaves them), V^T from shared memory: 16-bit reads it MN-major from V's buffer as TMA
+  // filled it, FP8 K-major from the transposed copy.
+  //
+  // Q in registers, an idea FlashAttention-3 does not use on Hopper: an ss WGMMA m64nNk16 reads
+  // 4096/N + 64 bytes of shared memory per tensor-core cycle (A 2 KB, B 32N bytes, in N/2 cycles)
+  // of the SM's 128, so at N = 128 Q K^T asks 96 of them and, beside P V's 64 and the K/V loads,
+  // keeps shared memory near its limit; with Q in registers Q K^T asks 64. Each consumer thread
+  // holds its warpgroup's 64 query rows of Q (64 x head_dim / 256 registers), loaded once per tile
+  // while the tile's first Q K^T reads Q from shared memory (TiledMmaQKShared). Measured +2.5-4.7%
+  // at head_dim 128 without a mask (performance log, "Q in registers"). Two consumer warpgroups
+  // up to head_dim 128 only: at three (160 registers each) and past 128 it spills.
+  static constexpr bool kQInRegisters = !kFp8 && kNumConsumerWarpgroups == 2 && kHeadDim <= 128;
+  using QKShape = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;
+  using TiledMmaQKShared =
+      decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, QKShape>(), WarpgroupLayout{}));
+  using TiledMmaQK = conditional_t<
+      kQInRegisters,
+      decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, QKShape>(), WarpgroupLayout{})),
+      TiledMmaQKShared>;
   using TiledMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
                            GMMA::Major::K, kFp8 ? GMMA::Major::K : GMMA::Major::MN>(),

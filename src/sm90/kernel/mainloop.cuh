@@ -7,8 +7,9 @@
 // Overlap, as in FlashAttention-3: inside a warpgroup, S of block n is issued together with P V of
 // block n + 1, so the softmax of block n runs while the tensor cores do P V; across warpgroups
 // (pingpong), the warpgroups take turns to issue, so one's softmax runs under the other's GEMMs;
-// across tiles, the next tile's K and Q load while this tile finishes (kQueryEmpty), and only its
-// V waits for this tile's output store (output_drained).
+// across tiles, the next tile's K and Q load while this tile finishes (kQueryEmpty: with Q in
+// registers, Config::kQInRegisters, as soon as the first block has read Q), and only its V waits
+// for this tile's output store (output_drained).
 //
 // FP8 (Config::kFp8): three more producer warps transpose each V block as it lands into V^T,
 // keys contiguous (FP8 WGMMA reads both operands K-major), and hand it to the consumers through a
@@ -388,10 +389,26 @@ struct ForwardMainloop {
     shared.q_full.wait(work_idx % 2);
 
     // The first block has nothing to overlap with; it may cross the sequence end or the diagonal.
+    // Its Q K^T reads Q from shared memory; with kQInRegisters, Q is loaded into registers under it
+    // for the later blocks, and Q's buffer is then free for the next tile's Q.
     int n_block = key_block_end - 1;
     Tensor scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
     k_pipeline.consumer_wait(k_state);
-    warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), scores);
+    if constexpr (Config::kQInRegisters) {
+      typename Config::TiledMmaQKShared mma_qk_shared;
+      auto thread_qk_shared = mma_qk_shared.get_thread_slice(thread_idx);
+      warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/false>(mma_qk_shared, thread_qk_shared.partition_fragment_A(sQ),
+                                                          thread_qk_shared.partition_fragment_B(sK)(_, _, _, k_state.index()),
+                                                          scores);
+      auto q_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
+      auto thread_q_copy = q_copy.get_thread_slice(thread_idx);
+      copy(q_copy, thread_q_copy.partition_S(sQ), thread_q_copy.retile_D(tSrQ));
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(scores);
+      barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
+    } else {
+      warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), scores);
+    }
     k_pipeline.consumer_release(k_state);
     ++k_state;
     if (n_block >= unmasked_end || n_block < unmasked_begin) mask.apply(scores, tScS, tile.m_block, n_block);
@@ -432,7 +449,7 @@ struct ForwardMainloop {
     }
 
     // Every Q K^T of this tile has retired: the producer may bring the next tile's Q.
-    barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
+    if constexpr (!Config::kQInRegisters) barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
     v_pipeline.consumer_wait(v_state);
     Softmax::rescale_output(output, pending_rescale);
     Tensor tOrP = p_as_operand(p);

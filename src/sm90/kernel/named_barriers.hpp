@@ -7,7 +7,8 @@
 namespace hopattn::sm90 {
 
 enum class ForwardBarrier : uint32_t {
-  // Consumers -> producer warp: every Q K^T of the tile has retired, so the next tile's Q may load.
+  // Consumers -> producer warp: the tile no longer reads Q's buffer (every Q K^T retired, or with
+  // Q in registers, the first), so the next tile's Q may load.
   kQueryEmpty = 0,
   // Among consumers: every P V of the tile has retired, so O may overwrite V's buffer.
   kOutputBufferFree = 1,
