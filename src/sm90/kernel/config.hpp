@@ -72,9 +72,10 @@ struct ForwardConfig {
   // of the SM's 128, so at N = 128 Q K^T asks 96 of them and, beside P V's 64 and the K/V loads,
   // keeps shared memory near its limit; with Q in registers Q K^T asks 64. Each consumer thread
   // holds its warpgroup's 64 query rows of Q (64 x head_dim / 256 registers), loaded once per tile
-  // while the tile's first Q K^T reads Q from shared memory (TiledMmaQKShared). Measured +2.5-4.7%
-  // at head_dim 128 without a mask (performance log, "Q in registers"). Two consumer warpgroups
-  // up to head_dim 128 only: at three (160 registers each) and past 128 it spills.
+  // while the tile's first Q K^T reads Q from shared memory (TiledMmaQKShared). Measured +1-6% at
+  // head_dim 128 (performance log, "Q in registers"). Two consumer warpgroups up to head_dim 128
+  // only: at three (160 registers each) and past 128 it spills. Not FP8: beside the transposing
+  // warps its key loop lost more to the registers than it gained (0.87-0.96x).
   static constexpr bool kQInRegisters = !kFp8 && kNumConsumerWarpgroups == 2 && kHeadDim <= 128;
   using QKShape = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;
   using TiledMmaQKShared =

@@ -14,6 +14,9 @@
 //   192       128 x  96          2       96 + 48 + 24           48 + 72 + 72 = 192 KB
 //   256       128 x  80          2      128 + 40 + 20           64 + 80 + 80 = 224 KB
 //
+// Two consumer warpgroups at 16-bit up to head_dim 128 also hold their Q rows (64 x head_dim / 256:
+// 16-32 registers; config.hpp's kQInRegisters).
+//
 // head_dim 64 has the least GEMM work per score, so it takes three consumer warpgroups (kBlockM 192)
 // to keep more softmax in flight; its registers fit the smaller per-thread budget of three.
 // The softmax of one block overlaps the P V of the previous one (mainloop.cuh), so a second score
