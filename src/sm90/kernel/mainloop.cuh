@@ -398,8 +398,7 @@ struct ForwardMainloop {
       typename Config::TiledMmaQKShared mma_qk_shared;
       auto thread_qk_shared = mma_qk_shared.get_thread_slice(thread_idx);
       warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/false>(mma_qk_shared, thread_qk_shared.partition_fragment_A(sQ),
-                                                          thread_qk_shared.partition_fragment_B(sK)(_, _, _, k_state.index()),
-                                                          scores);
+                                                          tSrK(_, _, _, k_state.index()), scores);
       auto q_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
       auto thread_q_copy = q_copy.get_thread_slice(thread_idx);
       copy(q_copy, thread_q_copy.partition_S(sQ), thread_q_copy.retile_D(tSrQ));
