@@ -13,6 +13,10 @@
 
 #include "sm90/kernel/register_split.hpp"
 
+#ifndef HOPATTN_EXP_VT_GLOBAL
+#define HOPATTN_EXP_VT_GLOBAL 0
+#endif
+
 namespace hopattn::sm90 {
 
 using namespace cute;
@@ -44,15 +48,18 @@ struct ForwardConfig {
   static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
   static constexpr int kNumMmaThreads = kNumConsumerWarpgroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
-  static constexpr int kNumTransposeThreads = kFp8 ? 96 : 0;
+  // FP8 with V^T given in global memory: TMA loads it straight into V^T's buffer, no transpose.
+  static constexpr bool kVtInGlobal = kFp8 && HOPATTN_EXP_VT_GLOBAL;
+  static constexpr bool kTransposeV = kFp8 && !kVtInGlobal;
+  static constexpr int kNumTransposeThreads = kTransposeV ? 96 : 0;
   // Per consumer thread: O (64 x head_dim / 128 floats), S (64 x kBlockN / 128) and P (S in pairs
   // of 16-bit values, or quads of FP8).
   static constexpr int kFragmentRegisters = (kHeadDim + kBlockN) / 2 + kBlockN / (kFp8 ? 8 : 4);
-  static constexpr bool kWideConsumers = !kFp8 || kFragmentRegisters >= 200;  // 240 each
+  static constexpr bool kWideConsumers = !kTransposeV || kFragmentRegisters >= 200;  // 240 each
   static constexpr int kProducerRegisters =
-      kNumConsumerWarpgroups == 2 ? (kWideConsumers ? 24 : 40) : (kFp8 ? 40 : 32);
+      kNumConsumerWarpgroups == 2 ? (kWideConsumers ? 24 : 40) : (kTransposeV ? 40 : 32);
   static constexpr int kConsumerRegisters =
-      kNumConsumerWarpgroups == 2 ? (kWideConsumers ? 240 : 232) : (kFp8 ? 152 : 160);
+      kNumConsumerWarpgroups == 2 ? (kWideConsumers ? 240 : 232) : (kTransposeV ? 152 : 160);
   static_assert(register_split_fits(kProducerRegisters, kConsumerRegisters, kNumConsumerWarpgroups));
 
   static_assert(kBlockM % 64 == 0 && kNumConsumerWarpgroups <= 3);

@@ -80,7 +80,7 @@ struct ForwardKernel {
     Pipeline k_pipeline(shared.k_pipeline, pipeline_params, Shape<_1, _1, _1>{});
     // FP8: V's consumers are the transposing warps, and V^T's the consumer warpgroups.
     typename Pipeline::Params v_pipeline_params = pipeline_params;
-    if constexpr (kFp8) {
+    if constexpr (Config::kTransposeV) {
       v_pipeline_params.role = producer_warp == 0 ? Pipeline::ThreadCategory::Producer
                                                   : Pipeline::ThreadCategory::Consumer;
       v_pipeline_params.num_consumers = Config::kNumTransposeThreads;
@@ -93,7 +93,7 @@ struct ForwardKernel {
     Cursor cursor(params.scheduler, storage.scheduler);
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
-      if constexpr (kFp8) {
+      if constexpr (Config::kTransposeV) {
         if (producer_warp != 0) {
           transpose_tiles(params, shared, v_pipeline, vt_pipeline, cursor, int(threadIdx.x) - 32);
           return;
@@ -140,7 +140,7 @@ struct ForwardKernel {
 
   // FP8: the pipeline of V^T blocks, from the three transposing warps to the consumer warpgroups.
   __device__ static auto make_transpose_pipeline(typename Mainloop::SharedStorage& shared, int producer_warp) {
-    if constexpr (kFp8) {
+    if constexpr (Config::kTransposeV) {
       typename TransposePipeline::Params params;
       params.role = producer_warp > 0    ? TransposePipeline::ThreadCategory::Producer
                     : producer_warp == 0 ? TransposePipeline::ThreadCategory::NonParticipant
@@ -156,7 +156,7 @@ struct ForwardKernel {
   // The pipeline that hands the consumers P V's B operand: V's (16-bit), V^T's (FP8).
   template <class VtPipeline>
   __device__ static auto& pv_operand_pipeline(Pipeline& v_pipeline, VtPipeline& vt_pipeline) {
-    if constexpr (kFp8) {
+    if constexpr (Config::kTransposeV) {
       return vt_pipeline;
     } else {
       return v_pipeline;

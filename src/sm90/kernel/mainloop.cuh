@@ -64,13 +64,14 @@ struct ForwardMainloop {
     typename TransposePipeline::SharedStorage pipeline;
   };
   struct NoStorage {};
-  static constexpr int kVElements = kFp8 ? cosize_v<typename Config::SmemLayoutKV> : Config::kPvOperandElements;
+  static constexpr int kVElements =
+      Config::kTransposeV ? cosize_v<typename Config::SmemLayoutKV> : Config::kPvOperandElements;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutKV>, 1024> k;
     alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;  // and O, for 16-bit inputs
-    conditional_t<kFp8, TransposeStorage, NoStorage> transpose;
+    conditional_t<Config::kTransposeV, TransposeStorage, NoStorage> transpose;
     cutlass::arch::ClusterTransactionBarrier q_full;
     // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer.
     cutlass::arch::ClusterBarrier output_drained;
@@ -80,7 +81,7 @@ struct ForwardMainloop {
 
   // The buffer P V reads its B operand from, where the epilogue then stages O.
   __device__ static Element* pv_operand_buffer(SharedStorage& shared) {
-    if constexpr (kFp8) {
+    if constexpr (Config::kTransposeV) {
       return shared.transpose.vt.data();
     } else {
       return shared.v.data();
@@ -90,6 +91,9 @@ struct ForwardMainloop {
   using TmaQ = TmaLoad<Element, typename Config::SmemLayoutQ, Shape<Int<kBlockM>, Int<kHeadDim>>>;
   using TmaKV = TmaLoad<Element, decltype(take<0, 2>(typename Config::SmemLayoutKV{})),
                         Shape<Int<kBlockN>, Int<kHeadDim>>>;
+  using TmaVt = TmaLoad<Element, decltype(take<0, 2>(typename Config::SmemLayoutVt{})),
+                        Shape<Int<kHeadDim>, Int<kBlockN>>>;
+  using TmaV = conditional_t<Config::kVtInGlobal, TmaVt, TmaKV>;
 
   struct Fp8Descales {
     Fp8Scales q, k, v;
@@ -102,9 +106,10 @@ struct ForwardMainloop {
   struct NoDescales {};
 
   struct Params {
-    GmemShape shape_q, shape_kv;
+    GmemShape shape_q, shape_kv, shape_v;
     typename TmaQ::Copy tma_load_q;
-    typename TmaKV::Copy tma_load_k, tma_load_v;
+    typename TmaKV::Copy tma_load_k;
+    typename TmaV::Copy tma_load_v;
     SeqlenLayout seqlens;
     int heads_per_kv_head;
     float softmax_scale;
@@ -122,7 +127,16 @@ struct ForwardMainloop {
                                 tensor_batch};
     params.tma_load_q = TmaQ::make(static_cast<Element const*>(p.q), params.shape_q, p.q_stride);
     params.tma_load_k = TmaKV::make(static_cast<Element const*>(p.k), params.shape_kv, p.k_stride);
-    params.tma_load_v = TmaKV::make(static_cast<Element const*>(p.v), params.shape_kv, p.v_stride);
+    if constexpr (Config::kVtInGlobal) {
+      // EXPERIMENT: V's bytes read as V^T (head_dim, keys, heads, batch), keys contiguous.
+      const int64_t keys = p.seqlens.total_k;
+      params.shape_v = GmemShape{int32_t(p.head_dim), int32_t(keys), int32_t(p.heads_kv), tensor_batch};
+      const Strides vt_stride{int64_t(p.heads_kv) * p.head_dim * keys, keys, int64_t(p.head_dim) * keys};
+      params.tma_load_v = TmaV::make(static_cast<Element const*>(p.v), params.shape_v, vt_stride);
+    } else {
+      params.shape_v = params.shape_kv;
+      params.tma_load_v = TmaV::make(static_cast<Element const*>(p.v), params.shape_kv, p.v_stride);
+    }
     params.seqlens = p.seqlens;
     params.heads_per_kv_head = int(p.heads_per_kv_head());
     params.softmax_scale = p.softmax_scale;
@@ -165,7 +179,8 @@ struct ForwardMainloop {
                               Sequence const& seq, int key_block_end, int work_idx, bool leader) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKV{});
-    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), typename Config::SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()),
+                            conditional_t<Config::kVtInGlobal, typename Config::SmemLayoutVt, typename Config::SmemLayoutKV>{});
     const int head_kv = tile.head / params.heads_per_kv_head;
     const int tensor_batch = int(seq.tensor_batch);
 
@@ -177,11 +192,23 @@ struct ForwardMainloop {
     const int key_base = int(seq.k_begin) - key_shift(params, seq);  // >= 0: k_begin rounded down
     Tensor mK = domain_offset(make_coord(key_base, _0{}),
                               params.tma_load_k.get_tma_tensor(params.shape_kv)(_, _, head_kv, tensor_batch));
-    Tensor mV = domain_offset(make_coord(key_base, _0{}),
-                              params.tma_load_v.get_tma_tensor(params.shape_kv)(_, _, head_kv, tensor_batch));
+    auto key_origin = [&] {
+      if constexpr (Config::kVtInGlobal) {
+        return make_coord(_0{}, key_base);
+      } else {
+        return make_coord(key_base, _0{});
+      }
+    }();
+    Tensor mV = domain_offset(key_origin, params.tma_load_v.get_tma_tensor(params.shape_v)(_, _, head_kv, tensor_batch));
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(tile.m_block, _0{}));
     Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    Tensor gV = [&] {
+      if constexpr (Config::kVtInGlobal) {
+        return local_tile(mV, Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));
+      } else {
+        return local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+      }
+    }();
 
     auto [tQgQ, tQsQ] = tma_partition(params.tma_load_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
@@ -221,7 +248,7 @@ struct ForwardMainloop {
     }
     // 16-bit: V's buffer holds the previous tile's O until its store has read it (FP8: V^T's,
     // which the transposing warps wait for instead).
-    if constexpr (!kFp8) shared.output_drained.wait((work_idx + 1) % 2);
+    if constexpr (!Config::kTransposeV) shared.output_drained.wait((work_idx + 1) % 2);
     // V of a block is consumed one step after its K, so it is loaded one step later too.
     for (--n_block; n_block >= 0; --n_block) {
       const PipelineState v_state = write_state;
