@@ -4,11 +4,13 @@ in one run, and the accuracy of each on the FlashAttention-3 paper's outlier tes
 
 Speed, on the FA3 sweep (16k tokens, hidden 2048, head_dim 64/128/256, seqlen 512..16k, both masks):
   - hopattn_fp8: the kernel alone on inputs quantised beforehand (hopattn.quantize_fp8: Q and K rotated
-    and scaled per 128-row block, V per head), bf16 output;
+    and scaled per 128-row block, V per head), bf16 output; hopattn_fp8_vt the same with V quantised
+    in the "v_transposed" layout, which the kernel reads without transposing it (attention_fp8's way);
   - fa3_fp8: FlashAttention-3's flash_attn_func on e4m3 inputs with (batch, heads) descales, bf16 output;
   - cudnn_fp8: cuDNN's FP8 SDPA graph through cudnn-frontend (on Hopper it writes an FP8 output);
   - hopattn_bf16: hopattn's 16-bit kernel on the bf16 inputs, and hopattn_e2e: attention_fp8 from the same
-    bf16 inputs (the three quantisations plus the kernel), with quantize: the three quantisations alone.
+    bf16 inputs (the three quantisations plus the kernel), with quantize: the three quantisations alone
+    (V transposed, as attention_fp8 quantises it).
 Median over rounds of triton.testing.do_bench medians (L2 flushed), each round timing every
 implementation once, in an order rotated per case and permuted per round (bench_common.round_orders).
 
@@ -39,8 +41,8 @@ from hopattn import _lib as hopattn_library  # noqa: E402
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 HEAD_DIMS = [64, 128, 256]
 FP8_PEERS = ("fa3_fp8", "cudnn_fp8")
-LABELS = dict(hopattn_fp8="hopattn FP8", fa3_fp8="FA3 FP8", cudnn_fp8="cuDNN FP8", hopattn_bf16="hopattn BF16",
-              hopattn_e2e="hopattn quantise+FP8", quantize="quantise")
+LABELS = dict(hopattn_fp8="hopattn FP8", hopattn_fp8_vt="hopattn FP8 (V^T)", fa3_fp8="FA3 FP8", cudnn_fp8="cuDNN FP8",
+              hopattn_bf16="hopattn BF16", hopattn_e2e="hopattn quantise+FP8", quantize="quantise")
 E4M3 = torch.float8_e4m3fn
 
 
@@ -48,18 +50,29 @@ def forward_flops(batch, heads, seqlen, head_dim, causal):
     return 4.0 * batch * heads * seqlen * seqlen * head_dim * (0.5 if causal else 1.0)
 
 
-def quantise_qkv(q, k, v, quantization, hadamard, seed=0):
-    """hopattn's quantisation of one attention call's inputs, as attention_fp8 does it."""
+def quantise_v(v, quantization, layout):
+    return hopattn.quantize_fp8(v, hadamard=False, scaling="tensor" if quantization == "tensor" else "head",
+                                layout=layout)
+
+
+def quantise_qkv(q, k, v, quantization, hadamard, seed=0, v_layout="v_transposed"):
+    """hopattn's quantisation of one attention call's inputs, as attention_fp8 does it (V in v_layout)."""
     block = dict(scaling="block", block_rows=128) if quantization == "block" else dict(scaling=quantization)
     qq = hopattn.quantize_fp8(q, hadamard=hadamard, seed=seed, **block)
     kq = hopattn.quantize_fp8(k, hadamard=hadamard, seed=seed, **block)
-    vq = hopattn.quantize_fp8(v, hadamard=False, scaling="tensor" if quantization == "tensor" else "head")
-    return qq, kq, vq
+    return qq, kq, quantise_v(v, quantization, v_layout)
 
 
-def hopattn_fp8_call(qq, kq, vq, causal):
-    (qc, qs), (kc, ks), (vc, vs) = qq, kq, vq
-    return hopattn.forward_fp8(qc, qs, kc, ks, vc, vs, causal=causal)
+def quantised_inputs(q, k, v):
+    """The FP8 kernel's timed inputs, quantised once per case: v_layout -> ((codes, scales) of q, k, v),
+    q's and k's shared."""
+    qq, kq, vq = quantise_qkv(q, k, v, "block", True, v_layout="rows")
+    return dict(rows=(qq, kq, vq), v_transposed=(qq, kq, quantise_v(v, "block", "v_transposed")))
+
+
+def hopattn_fp8_call(quantised, v_layout, causal):
+    (qc, qs), (kc, ks), (vc, vs) = quantised[v_layout]
+    return hopattn.forward_fp8(qc, qs, kc, ks, vc, vs, causal=causal, v_layout=v_layout)
 
 
 class CudnnFp8:
@@ -130,27 +143,32 @@ def load_cudnn():
 
 
 def implementations():
-    """hopattn's timed calls, name -> fn(q, k, v, quantised (q, k, v)'s (codes, scales), causal).
-    Every name starts with "hopattn", so that with_variants runs each on its build; the row calls
-    hopattn_quantize "quantize"."""
+    """hopattn's timed calls, name -> fn(q, k, v, quantised_inputs(q, k, v), causal). Every name starts
+    with "hopattn", so that with_variants runs each on its build; the row calls hopattn_quantize
+    "quantize"."""
     return dict(
-        hopattn_fp8=lambda q, k, v, quantised, causal: hopattn_fp8_call(*quantised, causal),
+        hopattn_fp8=lambda q, k, v, quantised, causal: hopattn_fp8_call(quantised, "rows", causal),
+        hopattn_fp8_vt=lambda q, k, v, quantised, causal: hopattn_fp8_call(quantised, "v_transposed", causal),
         hopattn_e2e=lambda q, k, v, quantised, causal: hopattn.attention_fp8(q, k, v, causal=causal),
         hopattn_quantize=lambda q, k, v, quantised, causal: quantise_qkv(q, k, v, "block", True),
         hopattn_bf16=lambda q, k, v, quantised, causal: hopattn.attention(q, k, v, causal=causal))
 
 
 ROW_NAMES = dict(hopattn_quantize="quantize")
+# Each FP8 kernel's row key for its TFLOP/s over the best FP8 peer's.
+RATIOS_OVER_BEST_FP8_PEER = dict(hopattn_fp8="hopattn_over_best_fp8_peer",
+                                 hopattn_fp8_vt="hopattn_fp8_vt_over_best_fp8_peer")
 
 
-def time_case(fa3, cudnn, impls, index, batch, seqlen, heads, head_dim, causal, rep_ms, rounds):
+def time_case(fa3, cudnn, impls, prepare, index, batch, seqlen, heads, head_dim, causal, rep_ms, rounds):
+    """One row of the sweep; prepare: quantised_inputs, on the loaded (base) build."""
     gen = torch.Generator(device="cuda").manual_seed(seqlen * 7 + head_dim + int(causal))
     q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
                for _ in range(3))
     flops = forward_flops(batch, heads, seqlen, head_dim, causal)
     calls = {}
     try:
-        quantised = impls["hopattn_quantize"](q, k, v, None, causal)
+        quantised = prepare(q, k, v)
     except Exception as error:  # every call but the BF16 kernel's needs it
         quantised = error
     for name, fn in impls.items():
@@ -180,10 +198,11 @@ def time_case(fa3, cudnn, impls, index, batch, seqlen, heads, head_dim, causal, 
         else:
             row[name] = dict(ms=ms) if name == "quantize" else dict(ms=ms, tflops=flops / ms / 1e9)
     ran = [(row[n]["tflops"], n) for n in FP8_PEERS if "tflops" in row.get(n, {})]
-    if ran and "tflops" in row.get("hopattn_fp8", {}):
-        best_tflops, best = max(ran)
-        row["best_fp8_peer"] = best
-        row["hopattn_over_best_fp8_peer"] = row["hopattn_fp8"]["tflops"] / best_tflops
+    if ran:
+        best_tflops, row["best_fp8_peer"] = max(ran)
+        for name, key in RATIOS_OVER_BEST_FP8_PEER.items():
+            if "tflops" in row.get(name, {}):
+                row[key] = row[name]["tflops"] / best_tflops
     if "tflops" in row.get("hopattn_e2e", {}) and "tflops" in row.get("hopattn_bf16", {}):
         row["e2e_over_bf16"] = row["hopattn_e2e"]["tflops"] / row["hopattn_bf16"]["tflops"]
     return row
@@ -253,8 +272,8 @@ def accuracy(fa3, cudnn, distribution, causal=False):
 
 
 def plot(rows, path):
-    plot_sweep(rows, path, (("hopattn_fp8", "o-"), ("fa3_fp8", "d-"), ("cudnn_fp8", "s--"), ("hopattn_e2e", "o:"),
-                            ("hopattn_bf16", "x:")),
+    plot_sweep(rows, path, (("hopattn_fp8", "o-"), ("hopattn_fp8_vt", "^-"), ("fa3_fp8", "d-"), ("cudnn_fp8", "s--"),
+                            ("hopattn_e2e", "o:"), ("hopattn_bf16", "x:")),
                LABELS, "TFLOP/s (FP8 forward)",
                f"FP8 forward attention on {torch.cuda.get_device_name()}: 16k tokens, hidden 2048")
 
@@ -269,6 +288,7 @@ def main():
     args = parser.parse_args()
     base_build = str(hopattn_library.find_library())  # before any call: the loaded build
     impls, variants = with_variants(implementations(), args.variant, LABELS, name="hopattn_fp8")
+    prepare = on_build(base_build, quantised_inputs)
 
     fa3, fa3_info = load_fa3(args.fa3_path)
     cudnn, cudnn_info = load_cudnn()
@@ -278,12 +298,14 @@ def main():
     cases = [(16384 // s, s, 2048 // d, d, c) for d in args.head_dims for s in args.seqlens for c in (False, True)]
     rows = []
     for i, case in enumerate(cases):
-        rows.append(time_case(fa3, cudnn, impls, i, *case, args.rep_ms, args.rounds))
+        rows.append(time_case(fa3, cudnn, impls, prepare, i, *case, args.rep_ms, args.rounds))
         print(f"[{i + 1}/{len(cases)}] {case}", file=sys.stderr, flush=True)
     errors = [on_build(base_build, accuracy)(fa3, cudnn, distribution)
               for distribution in ("outliers", "channels")]
     summary = dict(hopattn_over_best_fp8_peer=spread([r.get("hopattn_over_best_fp8_peer") for r in rows]),
                    seqlen_ge_1k=spread([r.get("hopattn_over_best_fp8_peer") for r in rows if r["seqlen"] >= 1024]),
+                   hopattn_fp8_vt_over_best_fp8_peer=spread([r.get("hopattn_fp8_vt_over_best_fp8_peer")
+                                                             for r in rows]),
                    e2e_over_bf16=spread([r.get("e2e_over_bf16") for r in rows]))
     report = dict(**report_header(torch, hopattn, args.commit, timing_note(args.rounds)),
                   fa3=fa3_info, cudnn_fp8=cudnn_info, summary=summary, cases=rows, accuracy=errors)
@@ -298,13 +320,17 @@ def main():
             return "      -"
         return f"{entry['tflops']:7.1f}" if "tflops" in entry else "    err"
 
-    print(f"{'d':>4} {'seqlen':>6} {'causal':>6} | {'hopFP8':>7} {'FA3FP8':>7} {'cuDNN8':>7} | {'vsBest':>6} |"
-          f" {'hopBF16':>7} {'e2e':>7} {'quant ms':>8}")
+    def ratio(row, key):
+        return f"{row[key]:6.2f}" if key in row else "     -"
+
+    print(f"{'d':>4} {'seqlen':>6} {'causal':>6} | {'hopFP8':>7} {'hopVT':>7} {'FA3FP8':>7} {'cuDNN8':>7} |"
+          f" {'vsBest':>6} {'VTvsB':>6} | {'hopBF16':>7} {'e2e':>7} {'quant ms':>8}")
     for r in rows:
-        ratio = f"{r['hopattn_over_best_fp8_peer']:6.2f}" if "hopattn_over_best_fp8_peer" in r else "     -"
         quant = f"{r['quantize']['ms']:8.3f}" if "ms" in r.get("quantize", {}) else "       -"
-        print(f"{r['head_dim']:>4} {r['seqlen']:>6} {str(r['causal']):>6} | {tf(r, 'hopattn_fp8')} {tf(r, 'fa3_fp8')}"
-              f" {tf(r, 'cudnn_fp8')} | {ratio} | {tf(r, 'hopattn_bf16')} {tf(r, 'hopattn_e2e')} {quant}")
+        print(f"{r['head_dim']:>4} {r['seqlen']:>6} {str(r['causal']):>6} | {tf(r, 'hopattn_fp8')}"
+              f" {tf(r, 'hopattn_fp8_vt')} {tf(r, 'fa3_fp8')} {tf(r, 'cudnn_fp8')} |"
+              f" {ratio(r, 'hopattn_over_best_fp8_peer')} {ratio(r, 'hopattn_fp8_vt_over_best_fp8_peer')} |"
+              f" {tf(r, 'hopattn_bf16')} {tf(r, 'hopattn_e2e')} {quant}")
     print_variant_ratios(rows, variants, "hopattn_fp8")
     for key, s in summary.items():
         if s:

@@ -73,6 +73,26 @@ typedef struct hopattn_tensor {
  *     itself and calls hopattn_init_forward_options() or hopattn_init_varlen() with its size.
  * (hopattn_tensor is a fixed value type: new operations take new arguments instead.)
  */
+/*
+ * The memory layout of an e4m3 tensor (hopattn_quantize_fp8's out, hopattn_forward_fp8's v).
+ * HOPATTN_FP8_LAYOUT_ROWS is hopattn_tensor's. HOPATTN_FP8_LAYOUT_V_TRANSPOSED is the layout in
+ * which the SM90 FP8 kernel reads V without transposing it (2-13% faster than from rows): each
+ * head_dim column of a (batch, head) stored contiguously along seqlen. Element (b, s, h, d) of a
+ * (batch, seqlen, heads, head_dim) tensor lies at
+ *   b * batch_stride + h * head_stride + d * pitch + 16 * (s / 16) + position(s % 16)
+ * with pitch = seqlen rounded up to a multiple of 16, position(8 * i + 2 * c + j) = 4 * c + 2 * i
+ * + j (i, j in {0, 1}, c in 0..3: the order of the kernel's P operand), head_stride = head_dim *
+ * pitch, batch_stride = heads * head_stride and seq_stride = 1, which the hopattn_tensor must
+ * state. The pad rows, seqlen up to the pitch, must hold finite codes (hopattn_quantize_fp8
+ * writes 0): those whose positions fall below seqlen are read, with a weight of zero. For a
+ * variable-length batch (batch 1) seqlen is total_k and every position counts from the start of
+ * the packed tensor.
+ */
+typedef enum hopattn_fp8_layout {
+  HOPATTN_FP8_LAYOUT_ROWS = 0,
+  HOPATTN_FP8_LAYOUT_V_TRANSPOSED = 1
+} hopattn_fp8_layout;
+
 typedef struct hopattn_forward_options {
   size_t struct_size; /* sizeof(hopattn_forward_options) */
   /* Nonzero: query i sees key j iff j <= i + (seqlen_k - seqlen_q), the mask aligned
@@ -90,6 +110,9 @@ typedef struct hopattn_forward_options {
    * aligned, untouched by anything else until the call's work on the stream is done. */
   void* workspace;
   size_t workspace_bytes;
+  /* hopattn_forward_fp8 only: the layout of v (hopattn_fp8_layout); the other operations take
+   * HOPATTN_FP8_LAYOUT_ROWS, the default. */
+  hopattn_fp8_layout fp8_v_layout;
 } hopattn_forward_options;
 
 /*
@@ -121,7 +144,7 @@ typedef struct hopattn_varlen {
  */
 
 /* struct_size = sizeof, causal = 0, softmax_scale = 0 (default), backend = AUTO, stream = NULL,
- * workspace = NULL, workspace_bytes = 0. */
+ * workspace = NULL, workspace_bytes = 0, fp8_v_layout = HOPATTN_FP8_LAYOUT_ROWS. */
 static inline hopattn_forward_options hopattn_default_forward_options(void) {
   hopattn_forward_options options;
   memset(&options, 0, sizeof options);
@@ -282,10 +305,13 @@ typedef struct hopattn_quantize_options {
   uint64_t seed;
   hopattn_backend backend;
   void* cuda_stream; /* as in hopattn_forward_options */
+  /* The layout of out (hopattn_fp8_layout): HOPATTN_FP8_LAYOUT_V_TRANSPOSED for a V that
+   * hopattn_forward_fp8 then reads with options->fp8_v_layout the same; hadamard must be 0. */
+  hopattn_fp8_layout layout;
 } hopattn_quantize_options;
 
 /* struct_size = sizeof, scaling = BLOCK, block_rows = 128, hadamard = 1, seed = 0,
- * backend = AUTO, stream = NULL. */
+ * backend = AUTO, stream = NULL, layout = HOPATTN_FP8_LAYOUT_ROWS. */
 static inline hopattn_quantize_options hopattn_default_quantize_options(void) {
   hopattn_quantize_options options;
   memset(&options, 0, sizeof options);

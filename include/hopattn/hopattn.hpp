@@ -94,6 +94,7 @@ struct ForwardOptions {
   void* cuda_stream = nullptr;  // cudaStream_t for the SM90 backend
   void* workspace = nullptr;    // null: the library allocates (see hopattn_forward_options)
   size_t workspace_bytes = 0;
+  hopattn_fp8_layout fp8_v_layout = HOPATTN_FP8_LAYOUT_ROWS;  // forward_fp8 only: v's layout
 
   hopattn_forward_options to_c() const {
     hopattn_forward_options options = hopattn_default_forward_options();
@@ -103,6 +104,7 @@ struct ForwardOptions {
     options.cuda_stream = cuda_stream;
     options.workspace = workspace;
     options.workspace_bytes = workspace_bytes;
+    options.fp8_v_layout = fp8_v_layout;
     return options;
   }
 };
@@ -136,6 +138,7 @@ struct QuantizeOptions {
   uint64_t seed = 0;         // the rotation's signs
   hopattn_backend backend = HOPATTN_BACKEND_AUTO;
   void* cuda_stream = nullptr;
+  hopattn_fp8_layout layout = HOPATTN_FP8_LAYOUT_ROWS;  // out's; V_TRANSPOSED needs hadamard = false
 
   hopattn_quantize_options to_c() const {
     hopattn_quantize_options options = hopattn_default_quantize_options();
@@ -145,6 +148,7 @@ struct QuantizeOptions {
     options.seed = seed;
     options.backend = backend;
     options.cuda_stream = cuda_stream;
+    options.layout = layout;
     return options;
   }
 };

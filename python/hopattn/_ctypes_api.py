@@ -31,6 +31,11 @@ class Fp8Scaling(enum.IntEnum):
     BLOCK = 2
 
 
+class Fp8Layout(enum.IntEnum):
+    ROWS = 0
+    V_TRANSPOSED = 1  # V as the SM90 FP8 kernel reads it; hopattn/_fp8_layout.py describes it
+
+
 class Backend(enum.IntEnum):
     AUTO = 0
     CPU = 1
@@ -64,6 +69,7 @@ class ForwardOptions(ctypes.Structure):
         ("cuda_stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
+        ("fp8_v_layout", ctypes.c_int),  # hopattn_forward_fp8 only
     ]
 
 
@@ -107,6 +113,7 @@ class QuantizeOptions(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("backend", ctypes.c_int),
         ("cuda_stream", ctypes.c_void_p),
+        ("layout", ctypes.c_int),  # of out
     ]
 
 

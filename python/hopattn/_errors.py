@@ -40,8 +40,9 @@ class InvalidTypeError(InvalidArgumentError, TypeError):
 
 # The library names some arguments by their C spelling; a Python caller passes them as keyword
 # arguments of their own (hopattn_varlen's fields are attention_varlen's parameters, the fields of
-# hopattn_forward_fp8's hopattn_fp8_scales are forward_fp8's q_scales, q_scaling, q_block_rows).
-_C_SPELLINGS = (("varlen->", ""),
+# hopattn_forward_fp8's hopattn_fp8_scales are forward_fp8's q_scales, q_scaling, q_block_rows,
+# options->fp8_v_layout its v_layout).
+_C_SPELLINGS = (("varlen->", ""), ("options->fp8_v_layout", "v_layout"),
                 *((f"{x}_scales->data", f"{x}_scales") for x in "qkv"),
                 *((f"{x}_scales->scaling", f"{x}_scaling") for x in "qkv"),
                 *((f"{x}_scales->block_rows", f"{x}_block_rows") for x in "qkv"))

@@ -258,6 +258,15 @@ class NumpyFrontend:
         shape, strides = layout.to_abi(name, array.shape, strides)
         return array, Tensor(array.ctypes.data, DType.FLOAT8_E4M3, *shape, *strides[:3])
 
+    def codes_in_c_order(self, name, array):
+        """(array to keep alive for the call, its address): e4m3 codes in C order, such as a V in
+        the "v_transposed" layout; copied when not C-contiguous."""
+        array = self.array(name, array)
+        if array.dtype.name not in _NUMPY_CODES:
+            raise InvalidTypeError(f"{name}: dtype {array.dtype} is not {_CODES_RULE}")
+        array = np.ascontiguousarray(array)
+        return array, array.ctypes.data
+
     def float32_array(self, name, array):
         """(array to keep alive for the call, its address): float32 values in C order, such as FP8
         scales; copied when the library could not read them in place."""
@@ -405,6 +414,15 @@ class TorchFrontend:
         shape, strides = layout.to_abi(name, t.shape, t.stride())
         return t, Tensor(t.data_ptr(), DType.FLOAT8_E4M3, *shape, *strides[:3])
 
+    def codes_in_c_order(self, name, t):
+        """(tensor to keep alive for the call, its address): e4m3 codes in C order (a V in the
+        "v_transposed" layout); host tensors copied when not contiguous, CUDA ones refused."""
+        self.array(name, t)
+        if str(t.dtype) not in _TORCH_CODES:
+            raise InvalidTypeError(f"{name}: dtype {t.dtype} is not {_CODES_RULE}")
+        t = self._in_c_order(name, t)
+        return t, t.data_ptr()
+
     def float32_array(self, name, t):
         """(tensor to keep alive for the call, its address): float32 values in C order (FP8
         scales); host tensors copied when not contiguous, CUDA ones refused."""
@@ -412,12 +430,18 @@ class TorchFrontend:
         if t.dtype != self.torch.float32:
             raise InvalidTypeError(f"{name}: dtype {t.dtype} is not supported; it must be "
                                    "torch.float32")
+        t = self._in_c_order(name, t)
+        return t, t.data_ptr()
+
+    def _in_c_order(self, name, t):
+        """t, or for a host tensor that is not contiguous a contiguous copy; CUDA ones are refused
+        (a device copy would be a hidden allocation and launch on the caller's stream)."""
         if not t.is_contiguous():
             if self.on_cuda:
                 raise InvalidArgumentError(f"{name}: must be contiguous for CUDA tensors; call "
                                            ".contiguous() first")
             t = t.contiguous()
-        return t, t.data_ptr()
+        return t
 
     # The outputs are new tensors outside autograd (torch.empty records nothing), made with the
     # fewest calls into torch: each costs microseconds of the call's host time.

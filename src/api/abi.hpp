@@ -6,6 +6,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/fp8_layout.hpp"
 #include "core/types.hpp"
 #include "hopattn/hopattn.h"
 
@@ -20,6 +21,9 @@ static_assert(static_cast<int>(DType::kFloat8E4M3) == HOPATTN_DTYPE_FLOAT8_E4M3)
 static_assert(static_cast<int>(Fp8Scaling::kTensor) == HOPATTN_FP8_SCALE_TENSOR);
 static_assert(static_cast<int>(Fp8Scaling::kHead) == HOPATTN_FP8_SCALE_HEAD);
 static_assert(static_cast<int>(Fp8Scaling::kBlock) == HOPATTN_FP8_SCALE_BLOCK);
+
+static_assert(static_cast<int>(Fp8Layout::kRows) == HOPATTN_FP8_LAYOUT_ROWS);
+static_assert(static_cast<int>(Fp8Layout::kVTransposed) == HOPATTN_FP8_LAYOUT_V_TRANSPOSED);
 
 static_assert(static_cast<int>(Status::kOk) == HOPATTN_OK);
 static_assert(static_cast<int>(Status::kInvalidArgument) == HOPATTN_ERROR_INVALID_ARGUMENT);

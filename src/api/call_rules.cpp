@@ -197,6 +197,14 @@ Status check_fp8_scaling(int scaling, int64_t block_rows, const std::string& own
   return Status::kOk;
 }
 
+Status check_fp8_layout(int layout, const char* name) {
+  if (layout == HOPATTN_FP8_LAYOUT_ROWS || layout == HOPATTN_FP8_LAYOUT_V_TRANSPOSED) {
+    return Status::kOk;
+  }
+  return invalid(name, " is ", layout,
+                 "; allowed: 0 (HOPATTN_FP8_LAYOUT_ROWS), 1 (HOPATTN_FP8_LAYOUT_V_TRANSPOSED)");
+}
+
 Status check_fp8_scales_array(const float* data, const hopattn_tensor& t, int scaling,
                               int64_t block_rows, const Fp8ScalesNames& names, int64_t& count) {
   const std::string& of = names.of;

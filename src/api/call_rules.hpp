@@ -88,6 +88,10 @@ int64_t call_work(const hopattn_tensor& q, const hopattn_tensor& k, const hopatt
 // `owner` names the struct holding the fields: "options" or "k_scales" (-> "k_scales->scaling").
 Status check_fp8_scaling(int scaling, int64_t block_rows, const std::string& owner);
 
+// An hopattn_fp8_layout read as an integer (`name`: "options->fp8_v_layout", "options->layout"):
+// HOPATTN_FP8_LAYOUT_ROWS or HOPATTN_FP8_LAYOUT_V_TRANSPOSED.
+Status check_fp8_layout(int layout, const char* name);
+
 // How the scales of a (validated) tensor t are named and counted in messages.
 struct Fp8ScalesNames {
   std::string data;          // the array: "scales", "k_scales->data"

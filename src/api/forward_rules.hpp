@@ -22,10 +22,10 @@ Status read_forward_options(const hopattn_forward_options* given, hopattn_forwar
 Status check_forward_shapes(const hopattn_tensor& q, const hopattn_tensor& k,
                             const hopattn_tensor& v, const hopattn_tensor* o, bool varlen);
 
-// o and lse (unless null, after check_lse) share no memory with q, k, v, `more_inputs` (the FP8
-// scales) or each other.
-Status check_forward_outputs(const hopattn_tensor& q, const hopattn_tensor& k,
-                             const hopattn_tensor& v, const hopattn_tensor& o, const float* lse,
+// o and lse (unless null, after check_lse) share no memory with q, k, v (in its layout: FP8's may
+// be V-transposed), `more_inputs` (the FP8 scales) or each other.
+Status check_forward_outputs(const hopattn_tensor& q, const hopattn_tensor& k, const NamedTensor& v,
+                             const hopattn_tensor& o, const float* lse,
                              const std::vector<ByteRange>& more_inputs = {});
 
 // The CPU backend's bound on the call's work (check_backend_work); nothing for SM90. varlen: null

@@ -138,6 +138,7 @@ Fp8ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_fp8_scales& 
   p.q_scales = fp8_scales_of(q_scales, q);
   p.k_scales = fp8_scales_of(k_scales, k);
   p.v_scales = fp8_scales_of(v_scales, v);
+  p.v_layout = static_cast<Fp8Layout>(enum_value(options.fp8_v_layout));
   return p;
 }
 

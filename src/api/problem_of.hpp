@@ -46,7 +46,7 @@ BackwardProblem problem_of(const hopattn_tensor& q, const hopattn_tensor& k,
 Fp8Scales fp8_scales_of(const hopattn_fp8_scales& scales, const hopattn_tensor& t);
 
 // hopattn_forward_fp8(q, &q_scales, k, &k_scales, v, &v_scales, o, lse, &options): the forward's
-// problem with dtype o's, and each tensor's scales.
+// problem with dtype o's, each tensor's scales and v's layout (options.fp8_v_layout).
 Fp8ForwardProblem problem_of(const hopattn_tensor& q, const hopattn_fp8_scales& q_scales,
                              const hopattn_tensor& k, const hopattn_fp8_scales& k_scales,
                              const hopattn_tensor& v, const hopattn_fp8_scales& v_scales,

@@ -7,8 +7,51 @@
 #include "core/dtype.hpp"
 
 namespace hopattn {
+namespace {
 
-bool end_in_bytes(const hopattn_tensor& t, int64_t& bytes) {
+// The V-transposed layout of t's shape; false when its element count overflows int64.
+bool v_transposed_layout_of(const hopattn_tensor& t, VTransposedLayout& layout) {
+  if (t.seqlen > INT64_MAX - (kVTransposedGroup - 1)) return false;  // the pitch rounds it up
+  layout = VTransposedLayout::of(t.seqlen, t.heads, t.head_dim);
+  int64_t elements = 0;
+  return !__builtin_mul_overflow(layout.head_dim, layout.pitch, &elements) &&
+         !__builtin_mul_overflow(elements, layout.heads, &elements) &&
+         !__builtin_mul_overflow(elements, t.batch, &elements);
+}
+
+// hopattn.h: a tensor in the V-transposed layout states that layout's strides, in elements.
+Status check_v_transposed_strides(const NamedTensor& named) {
+  const hopattn_tensor& t = *named.tensor;
+  // Fits in int64: end_in_bytes has checked it.
+  const VTransposedLayout layout = VTransposedLayout::of(t.seqlen, t.heads, t.head_dim);
+  const struct {
+    const char* field;
+    int64_t given, expected;
+  } strides[] = {{"seq_stride", t.seq_stride, 1},
+                 {"head_stride", t.head_stride, layout.head_stride()},
+                 {"batch_stride", t.batch_stride, layout.batch_stride()}};
+  for (const auto& stride : strides) {
+    if (stride.given == stride.expected) continue;
+    return invalid(named.name, ".", stride.field, " is ", stride.given, " but must be ",
+                   stride.expected, ": in HOPATTN_FP8_LAYOUT_V_TRANSPOSED ", named.name,
+                   " has seq_stride 1, head_stride = head_dim * pitch = ", layout.head_stride(),
+                   " and batch_stride = heads * head_stride = ", layout.batch_stride(),
+                   ", with pitch ", layout.pitch, " (seqlen ", t.seqlen,
+                   " rounded up to a multiple of ", kVTransposedGroup, ")");
+  }
+  return Status::kOk;
+}
+
+}  // namespace
+
+bool end_in_bytes(const NamedTensor& named, int64_t& bytes) {
+  const hopattn_tensor& t = *named.tensor;
+  const int64_t element_bytes = element_size(dtype_of(t.dtype));
+  if (named.layout == Fp8Layout::kVTransposed) {
+    VTransposedLayout layout;
+    return v_transposed_layout_of(t, layout) &&
+           !__builtin_mul_overflow(layout.elements(t.batch), element_bytes, &bytes);
+  }
   int64_t offset = t.head_dim - 1;
   const int64_t sizes[] = {t.batch, t.seqlen, t.heads};
   const int64_t strides[] = {t.batch_stride, t.seq_stride, t.head_stride};
@@ -21,7 +64,7 @@ bool end_in_bytes(const hopattn_tensor& t, int64_t& bytes) {
   }
   int64_t elements = 0;  // offset + 1 overflows for an offset of INT64_MAX (found by the fuzzer)
   return !__builtin_add_overflow(offset, 1, &elements) &&
-         !__builtin_mul_overflow(elements, element_size(dtype_of(t.dtype)), &bytes);
+         !__builtin_mul_overflow(elements, element_bytes, &bytes);
 }
 
 bool runs_past_address_space(const void* data, int64_t bytes) {
@@ -67,10 +110,13 @@ Status check_tensor(const NamedTensor& named) {
     }
   }
   int64_t bytes = 0;
-  if (!end_in_bytes(t, bytes)) {
+  if (!end_in_bytes(named, bytes)) {
     return invalid(name,
                    ": the offset of its last element, or its extent in bytes, overflows "
                    "int64; check its sizes and strides");
+  }
+  if (named.layout == Fp8Layout::kVTransposed) {
+    if (Status s = check_v_transposed_strides(named); s != Status::kOk) return s;
   }
   if (runs_past_address_space(t.data, bytes)) {
     return invalid(name, ": its ", bytes, " bytes from ", name,
@@ -90,6 +136,9 @@ Status check_attention_dtype(const NamedTensor& named, const char* operation) {
 // A sufficient test: ordered by stride, each dimension must step past everything the dimensions
 // with smaller strides span.
 Status check_output_does_not_overlap(const NamedTensor& named) {
+  // The V-transposed layout maps elements to distinct positions, and check_tensor held the
+  // strides to it.
+  if (named.layout == Fp8Layout::kVTransposed) return Status::kOk;
   const hopattn_tensor& o = *named.tensor;
   const std::string name = named.name;
   struct Dimension {
@@ -117,7 +166,7 @@ Status check_output_does_not_overlap(const NamedTensor& named) {
 
 ByteRange byte_range_of(const NamedTensor& named) {
   int64_t bytes = 0;
-  end_in_bytes(*named.tensor, bytes);  // fits: check_tensor has checked it
+  end_in_bytes(named, bytes);  // fits: check_tensor has checked it
   const auto begin = reinterpret_cast<uintptr_t>(named.tensor->data);
   return ByteRange{named.name, begin, begin + static_cast<uint64_t>(bytes)};
 }

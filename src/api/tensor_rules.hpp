@@ -1,8 +1,9 @@
 // The rules every tensor argument of every operation obeys, whatever the operation: not null, a
-// known dtype, positive sizes, non-negative strides, an extent that fits in int64 and in the
-// address space; outputs whose elements do not share addresses and that share no memory with the
-// inputs. Per-operation rules (shapes that agree, lse, options) live beside the operation
-// (validate_forward.cpp); backend choice in backend_choice.hpp. None of them touches tensor memory.
+// known dtype, positive sizes, non-negative strides (for an e4m3 tensor in the V-transposed layout,
+// exactly that layout's), an extent that fits in int64 and in the address space; outputs whose
+// elements do not share addresses and that share no memory with the inputs. Per-operation rules
+// (shapes that agree, lse, options) live beside the operation (validate_forward.cpp); backend
+// choice in backend_choice.hpp. None of them touches tensor memory.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/fp8_layout.hpp"
 #include "hopattn/hopattn.h"
 
 namespace hopattn {
@@ -18,6 +20,9 @@ namespace hopattn {
 struct NamedTensor {
   const hopattn_tensor* tensor;
   const char* name;  // the C argument: "q", "k", ...
+  // kVTransposed (hopattn_forward_fp8's v, hopattn_quantize_fp8's out, as the options say): the
+  // address of an element is VTransposedLayout's, which the tensor's strides must state.
+  Fp8Layout layout = Fp8Layout::kRows;
 };
 
 // set_error with a message built from `pieces`; returns `status`.
@@ -33,13 +38,15 @@ Status invalid(const Pieces&... pieces) {
   return fail(Status::kInvalidArgument, pieces...);
 }
 
-// The byte offset one past the last element; false when it does not fit in int64.
-bool end_in_bytes(const hopattn_tensor& t, int64_t& bytes);
+// The byte offset one past the last element (for the V-transposed layout, past its last pad
+// position); false when it does not fit in int64.
+bool end_in_bytes(const NamedTensor& named, int64_t& bytes);
 bool runs_past_address_space(const void* data, int64_t bytes);
 std::string shape_of(const hopattn_tensor& t);
 
 // Null, dtype (read as an integer), data aligned to the element size, sizes, strides (non-negative,
-// and in bytes within int64), int64 overflow of the extent, the end of the address space.
+// and in bytes within int64; the V-transposed layout's exactly), int64 overflow of the extent, the
+// end of the address space.
 Status check_tensor(const NamedTensor& named);
 
 // A tensor that passed check_tensor holds float32, bfloat16 or float16, the dtypes `operation`

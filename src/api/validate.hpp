@@ -70,7 +70,7 @@ extern const size_t kQuantizeOptionsFirstSize;
 
 // On failure each returns the status after hopattn::set_error; `call` is then unspecified.
 
-// hopattn_forward
+// hopattn_forward (options->fp8_v_layout must be HOPATTN_FP8_LAYOUT_ROWS, as in all its forms)
 Status validate_forward(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_tensor* v,
                         const hopattn_tensor* o, float* lse, const hopattn_forward_options* options,
                         const SystemQueries& system, ForwardCall& call);
@@ -118,12 +118,12 @@ Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, flo
                          const hopattn_quantize_options* options, const SystemQueries& system,
                          QuantizeCall& call);
 
-// hopattn_forward_fp8: q, k, v e4m3; o bfloat16 or float16; the forward's shapes, lse, options
-// and outputs apart from every input (the scale arrays too); each scales struct non-null with a
-// valid layout and an array in the backend's memory space; on the CPU every scale read and
-// > 0, NaN or +inf (marks of non-finite blocks, which give NaN). hopattn_forward_fp8_varlen
-// (is_varlen): varlen read and checked as hopattn_forward_varlen's, the scales those of the packed
-// tensors.
+// hopattn_forward_fp8: q, k, v e4m3, v in options->fp8_v_layout's layout (V-transposed: exactly
+// its strides); o bfloat16 or float16; the forward's shapes, lse, options and outputs apart from
+// every input (the scale arrays too); each scales struct non-null with a valid layout and an
+// array in the backend's memory space; on the CPU every scale read and > 0, NaN or +inf (marks
+// of non-finite blocks, which give NaN). hopattn_forward_fp8_varlen (is_varlen): varlen read and
+// checked as hopattn_forward_varlen's, the scales those of the packed tensors.
 Status validate_forward_fp8(const hopattn_tensor* q, const hopattn_fp8_scales* q_scales,
                             const hopattn_tensor* k, const hopattn_fp8_scales* k_scales,
                             const hopattn_tensor* v, const hopattn_fp8_scales* v_scales,

@@ -48,6 +48,11 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
   const bool query = o == nullptr;
   hopattn_forward_options options;
   if (Status s = read_forward_options(options_or_null, options); s != Status::kOk) return s;
+  if (const int layout = enum_value(options.fp8_v_layout); layout != HOPATTN_FP8_LAYOUT_ROWS) {
+    return invalid("options->fp8_v_layout is ", layout,
+                   "; hopattn_forward takes only 0 (HOPATTN_FP8_LAYOUT_ROWS, the default): the "
+                   "V-transposed layout is for hopattn_forward_fp8's e4m3 v");
+  }
   hopattn_varlen varlen = default_varlen();
   if (is_varlen) {
     if (Status s = read_varlen(varlen_or_null, varlen); s != Status::kOk) return s;
@@ -63,7 +68,7 @@ Status validate(const hopattn_tensor* q, const hopattn_tensor* k, const hopattn_
   if (Status s = check_forward_shapes(*q, *k, *v, o, is_varlen); s != Status::kOk) return s;
   if (!query) {
     if (Status s = check_lse(*q, lse); s != Status::kOk) return s;
-    if (Status s = check_forward_outputs(*q, *k, *v, *o, lse); s != Status::kOk) return s;
+    if (Status s = check_forward_outputs(*q, *k, {v, "v"}, *o, lse); s != Status::kOk) return s;
   }
   if (is_varlen) {
     if (Status s = check_varlen_arguments(varlen); s != Status::kOk) return s;
@@ -163,13 +168,13 @@ Status check_forward_shapes(const hopattn_tensor& q, const hopattn_tensor& k,
   return o != nullptr ? check_output_does_not_overlap({o, "o"}) : Status::kOk;
 }
 
-Status check_forward_outputs(const hopattn_tensor& q, const hopattn_tensor& k,
-                             const hopattn_tensor& v, const hopattn_tensor& o, const float* lse,
+Status check_forward_outputs(const hopattn_tensor& q, const hopattn_tensor& k, const NamedTensor& v,
+                             const hopattn_tensor& o, const float* lse,
                              const std::vector<ByteRange>& more_inputs) {
   std::vector<ByteRange> outputs = {byte_range_of({&o, "o"})};
   if (lse != nullptr) outputs.push_back(float_range_of("lse", lse, lse_bytes(q) / int64_t{sizeof(float)}));
   std::vector<ByteRange> inputs = {byte_range_of({&q, "q"}), byte_range_of({&k, "k"}),
-                                   byte_range_of({&v, "v"})};
+                                   byte_range_of(v)};
   inputs.insert(inputs.end(), more_inputs.begin(), more_inputs.end());
   return check_outputs_do_not_overlap(inputs, outputs);
 }

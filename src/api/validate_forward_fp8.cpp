@@ -1,6 +1,7 @@
-// hopattn_forward_fp8's own rules (and its varlen form's): the dtypes (e4m3 inputs, a bfloat16 or
-// float16 output), the three scales arguments (layout, array, memory space; on the CPU their
-// values) and the scale arrays among the inputs that the outputs must not overlap. The options,
+// hopattn_forward_fp8's own rules (and its varlen form's): v's layout (options->fp8_v_layout, whose
+// strides and extent the tensor rules then check), the dtypes (e4m3 inputs, a bfloat16 or float16
+// output), the three scales arguments (layout, array, memory space; on the CPU their values) and
+// the scale arrays among the inputs that the outputs must not overlap. The options,
 // shapes, lse and work bound are the forward's (forward_rules.hpp), the varlen metadata and the
 // rest the shared tensor, call and backend rules; the SM90 rules (sm90_rules.hpp) once the backend
 // is SM90.
@@ -80,13 +81,19 @@ Status validate(const Arguments& a, const hopattn_forward_options* options_or_nu
                 const SystemQueries& system, Fp8ForwardCall& call) {
   hopattn_forward_options options;
   if (Status s = read_forward_options(options_or_null, options); s != Status::kOk) return s;
+  const int v_layout = enum_value(options.fp8_v_layout);
+  if (Status s = check_fp8_layout(v_layout, "options->fp8_v_layout"); s != Status::kOk) return s;
   hopattn_varlen varlen = default_varlen();
   if (a.is_varlen) {
     if (Status s = read_varlen(a.varlen, varlen); s != Status::kOk) return s;
   }
-  for (int i = 0; i < kInputs; ++i) {
-    if (Status s = check_tensor({a.inputs[i], kInputNames[i]}); s != Status::kOk) return s;
-    if (Status s = check_input_dtype(*a.inputs[i], kInputNames[i]); s != Status::kOk) return s;
+  const NamedTensor inputs[kInputs] = {
+      {a.inputs[0], kInputNames[0]},
+      {a.inputs[1], kInputNames[1]},
+      {a.inputs[2], kInputNames[2], static_cast<Fp8Layout>(v_layout)}};
+  for (const NamedTensor& input : inputs) {
+    if (Status s = check_tensor(input); s != Status::kOk) return s;
+    if (Status s = check_input_dtype(*input.tensor, input.name); s != Status::kOk) return s;
   }
   int o_dtype = a.o_dtype;
   if (!a.query()) {
@@ -119,7 +126,8 @@ Status validate(const Arguments& a, const hopattn_forward_options* options_or_nu
       scale_ranges.push_back(float_range_of(kScalesDataNames[i], scales.data, scale_counts[i]));
     }
     if (Status s = check_lse(q, a.lse); s != Status::kOk) return s;
-    if (Status s = check_forward_outputs(q, k, v, *a.o, a.lse, scale_ranges); s != Status::kOk) {
+    if (Status s = check_forward_outputs(q, k, inputs[2], *a.o, a.lse, scale_ranges);
+        s != Status::kOk) {
       return s;
     }
   }

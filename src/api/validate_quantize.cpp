@@ -1,7 +1,7 @@
-// hopattn_quantize_fp8's rules: its options (struct_size, scaling, block_rows, hadamard, backend),
-// x and out (the shared tensor rules, then dtypes and shapes), the scales array, the overlap of
-// the outputs with x and each other, and the backend: AUTO picks SM90 for device memory, whose
-// own rules (sm90_rules.hpp: 32-bit sizes) follow.
+// hopattn_quantize_fp8's rules: its options (struct_size, scaling, block_rows, hadamard, backend,
+// layout), x and out (the shared tensor rules, out's in its layout, then dtypes and shapes), the
+// scales array, the overlap of the outputs with x and each other, and the backend: AUTO picks
+// SM90 for device memory, whose own rules (sm90_rules.hpp: 32-bit sizes) follow.
 #include <cstddef>
 #include <vector>
 
@@ -31,13 +31,23 @@ Status check_options(const hopattn_quantize_options& options) {
       backend != HOPATTN_BACKEND_SM90) {
     return invalid("options->backend is ", backend, "; allowed: 0 (AUTO), 1 (CPU), 2 (SM90)");
   }
+  const int layout = enum_value(options.layout);
+  if (Status s = check_fp8_layout(layout, "options->layout"); s != Status::kOk) return s;
+  // The rotation keeps Q K^T, but a rotated V would rotate O.
+  if (layout == HOPATTN_FP8_LAYOUT_V_TRANSPOSED && options.hadamard != 0) {
+    return invalid("options->hadamard is ", options.hadamard,
+                   " but options->layout is 1 (HOPATTN_FP8_LAYOUT_V_TRANSPOSED), V's layout, and V "
+                   "is never rotated: set hadamard = 0 (its default is 1)");
+  }
   return Status::kOk;
 }
 
-Status check_tensors(const hopattn_tensor& x, const hopattn_tensor& out, bool hadamard) {
-  for (const NamedTensor& t : {NamedTensor{&x, "x"}, NamedTensor{&out, "out"}}) {
+// named_out: out, in options->layout.
+Status check_tensors(const hopattn_tensor& x, const NamedTensor& named_out, bool hadamard) {
+  for (const NamedTensor& t : {NamedTensor{&x, "x"}, named_out}) {
     if (Status s = check_tensor(t); s != Status::kOk) return s;
   }
+  const hopattn_tensor& out = *named_out.tensor;
   if (Status s = check_attention_dtype({&x, "x"}, "hopattn_quantize_fp8"); s != Status::kOk) {
     return s;
   }
@@ -54,7 +64,7 @@ Status check_tensors(const hopattn_tensor& x, const hopattn_tensor& out, bool ha
                    " but options->hadamard is set; the Hadamard rotation needs a power-of-two "
                    "head_dim (or hadamard = 0)");
   }
-  return check_output_does_not_overlap({&out, "out"});
+  return check_output_does_not_overlap(named_out);
 }
 
 }  // namespace
@@ -83,7 +93,9 @@ Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, flo
   if (x == nullptr) return invalid("x is NULL");
   if (out == nullptr) return invalid("out is NULL");
   const bool hadamard = options.hadamard != 0;
-  if (Status s = check_tensors(*x, *out, hadamard); s != Status::kOk) return s;
+  const Fp8Layout out_layout = static_cast<Fp8Layout>(enum_value(options.layout));
+  const NamedTensor named_out{out, "out", out_layout};
+  if (Status s = check_tensors(*x, named_out, hadamard); s != Status::kOk) return s;
   const int scaling = enum_value(options.scaling);
   int64_t scale_count = 0;
   if (Status s = check_fp8_scales_array(scales, *x, scaling, options.block_rows,
@@ -93,7 +105,7 @@ Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, flo
   }
   if (Status s = check_outputs_do_not_overlap(
           {byte_range_of({x, "x"})},
-          {byte_range_of({out, "out"}), float_range_of("scales", scales, scale_count)});
+          {byte_range_of(named_out), float_range_of("scales", scales, scale_count)});
       s != Status::kOk) {
     return s;
   }
@@ -117,6 +129,7 @@ Status validate_quantize(const hopattn_tensor* x, const hopattn_tensor* out, flo
   p.out_stride = {out->batch_stride, out->seq_stride, out->head_stride};
   p.scaling = static_cast<Fp8Scaling>(scaling);
   p.block_rows = p.scaling == Fp8Scaling::kBlock ? options.block_rows : x->seqlen;
+  p.out_layout = out_layout;
   p.hadamard = hadamard;
   p.seed = options.seed;
   p.cuda_stream = options.cuda_stream;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/fp8_layout.hpp"
 #include "core/seqlen.hpp"
 #include "core/types.hpp"
 
@@ -82,6 +83,9 @@ struct QuantizeProblem {
 
   Fp8Scaling scaling = Fp8Scaling::kBlock;
   int64_t block_rows = 0;  // rows of one scale block: options->block_rows, or seqlen
+  // kVTransposed: out is VTransposedLayout::of(seqlen, heads, head_dim) (out_stride unused), its
+  // positions past seqlen written as zero codes.
+  Fp8Layout out_layout = Fp8Layout::kRows;
   bool hadamard = false;
   uint64_t seed = 0;
   void* cuda_stream = nullptr;
@@ -128,6 +132,8 @@ struct Fp8Scales {
 // softmax_scale that of the dequantised (and, for q and k, possibly rotated) inputs.
 struct Fp8ForwardProblem : ForwardProblem {
   Fp8Scales q_scales, k_scales, v_scales;
+  // kVTransposed: v is VTransposedLayout::of(seqlens.total_k, heads_kv, head_dim) (v_stride unused).
+  Fp8Layout v_layout = Fp8Layout::kRows;
 };
 
 // FLOPs of the two matrix products of one sequence of one head, counting only unmasked scores.

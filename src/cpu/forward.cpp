@@ -10,7 +10,8 @@
 //
 // The inputs are converted to float32 as their rows are loaded into the tiles, so the same code
 // runs on e4m3 codes (the FP8 forward, forward_fp8.cpp): each is multiplied by its row's scale
-// there, and the algorithm sees the dequantised values.
+// there (and a transposed V's rows gathered from its columns), and the algorithm sees the
+// dequantised values.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -151,7 +152,7 @@ HOPATTN_ALWAYS_INLINE void convert_row(const Input* src, float* dst, int64_t cou
 // Query rows [m0, m0 + rows) transposed into q_t, zero in the padded columns up to `columns`
 // so that their scores stay finite.
 template <class Input>
-HOPATTN_ALWAYS_INLINE void load_query_block(const ForwardProblem& p, const InputScales& scales,
+HOPATTN_ALWAYS_INLINE void load_query_block(const ForwardProblem& p, const Fp8Inputs& fp8,
                                             const Task& t, int64_t m0, int64_t rows,
                                             int64_t columns, float* q_t) {
   const int64_t d = p.head_dim;
@@ -159,51 +160,77 @@ HOPATTN_ALWAYS_INLINE void load_query_block(const ForwardProblem& p, const Input
     const int64_t row = t.seq.q_begin + m0 + i;
     const Input* src =
         static_cast<const Input*>(p.q) + row_offset(p.q_stride, t.seq.tensor_batch, row, t.head);
-    const float factor = row_factor<Input>(scales.q, t.seq.tensor_batch, row, t.head);
+    const float factor = row_factor<Input>(fp8.q_scales, t.seq.tensor_batch, row, t.head);
     for (int64_t c = 0; c < d; ++c) q_t[c * kBlockM + i] = input_value(src[c], factor);
   }
   for (int64_t c = 0; c < d; ++c)
     std::fill(q_t + c * kBlockM + rows, q_t + c * kBlockM + columns, 0.f);
 }
 
-// K and V rows lie a seq_stride apart, usually in different pages, where the hardware
-// prefetchers do not follow; asking for the next block's rows while this block's P V runs
-// hides their latency.
+// Into L2: a block of K and V outgrows L1.
+HOPATTN_ALWAYS_INLINE void prefetch_bytes(const void* begin, int64_t bytes) {
+  for (int64_t offset = 0; offset < bytes; offset += 64)
+    __builtin_prefetch(static_cast<const char*>(begin) + offset, 0, 2);
+}
+
+// K and V rows lie a seq_stride apart (a transposed V's columns a pitch apart), usually in
+// different pages, where the hardware prefetchers do not follow; asking for the next block's
+// rows while this block's P V runs hides their latency.
 template <class Input>
-HOPATTN_ALWAYS_INLINE void prefetch_key_block(const ForwardProblem& p, const Sequence& seq,
-                                              int64_t kv_head, int64_t n0, int64_t keys) {
+HOPATTN_ALWAYS_INLINE void prefetch_key_block(const ForwardProblem& p, const Fp8Inputs& fp8,
+                                              const Sequence& seq, int64_t kv_head, int64_t n0,
+                                              int64_t keys) {
   const int64_t row_bytes = p.head_dim * static_cast<int64_t>(sizeof(Input));
+  const auto* k = static_cast<const Input*>(p.k);
+  const auto* v = static_cast<const Input*>(p.v);
+  const int64_t b = seq.tensor_batch, first = seq.k_begin + n0;
   for (int64_t j = 0; j < keys; ++j) {
-    const auto* k = reinterpret_cast<const char*>(
-        static_cast<const Input*>(p.k) +
-        row_offset(p.k_stride, seq.tensor_batch, seq.k_begin + n0 + j, kv_head));
-    const auto* v = reinterpret_cast<const char*>(
-        static_cast<const Input*>(p.v) +
-        row_offset(p.v_stride, seq.tensor_batch, seq.k_begin + n0 + j, kv_head));
-    for (int64_t offset = 0; offset < row_bytes; offset += 64) {
-      __builtin_prefetch(k + offset, 0, 2);  // into L2: a block of K and V outgrows L1
-      __builtin_prefetch(v + offset, 0, 2);
+    prefetch_bytes(k + row_offset(p.k_stride, b, first + j, kv_head), row_bytes);
+    if (!fp8.v_transposed) {
+      prefetch_bytes(v + row_offset(p.v_stride, b, first + j, kv_head), row_bytes);
     }
   }
+  if (!fp8.v_transposed) return;
+  // Each column holds the block's keys in whole groups, a group's keys in its own bytes.
+  const int64_t group_bytes = kVTransposedGroup * static_cast<int64_t>(sizeof(Input));
+  for (int64_t c = 0; c < p.head_dim; ++c) {
+    for (int64_t row = first / kVTransposedGroup * kVTransposedGroup; row < first + keys;
+         row += kVTransposedGroup) {
+      prefetch_bytes(v + fp8.v_transposed->offset(b, row, kv_head, c), group_bytes);
+    }
+  }
+}
+
+// Row `row` of V's head `head` in batch entry b, dequantised, into dst: gathered from the head_dim
+// columns when V is transposed.
+template <class Input>
+HOPATTN_ALWAYS_INLINE void load_value_row(const ForwardProblem& p, const Fp8Inputs& fp8, int64_t b,
+                                          int64_t row, int64_t head, float* dst) {
+  const auto* v = static_cast<const Input*>(p.v);
+  const float factor = row_factor<Input>(fp8.v_scales, b, row, head);
+  if (!fp8.v_transposed) {
+    convert_row(v + row_offset(p.v_stride, b, row, head), dst, p.head_dim, factor);
+    return;
+  }
+  for (int64_t c = 0; c < p.head_dim; ++c)
+    dst[c] = input_value(v[fp8.v_transposed->offset(b, row, head, c)], factor);
 }
 
 // Keys [n0, n0 + keys) of the sequence's K into rows of `k` (zero rows up to `k_rows`), and of V
 // into rows of `v` padded with zeros to `padded_d` columns. Returns whether V's rows are all finite.
 template <class Input>
-HOPATTN_ALWAYS_INLINE bool load_key_block(const ForwardProblem& p, const InputScales& scales,
+HOPATTN_ALWAYS_INLINE bool load_key_block(const ForwardProblem& p, const Fp8Inputs& fp8,
                                           const Sequence& seq, int64_t kv_head, int64_t n0,
                                           int64_t keys, int64_t k_rows, int64_t padded_d, float* k,
                                           float* v) {
   const int64_t d = p.head_dim;
   const auto* k_src = static_cast<const Input*>(p.k);
-  const auto* v_src = static_cast<const Input*>(p.v);
   const int64_t b = seq.tensor_batch;
   for (int64_t j = 0; j < keys; ++j) {
     const int64_t row = seq.k_begin + n0 + j;
     convert_row(k_src + row_offset(p.k_stride, b, row, kv_head), k + j * d, d,
-                row_factor<Input>(scales.k, b, row, kv_head));
-    convert_row(v_src + row_offset(p.v_stride, b, row, kv_head), v + j * padded_d, d,
-                row_factor<Input>(scales.v, b, row, kv_head));
+                row_factor<Input>(fp8.k_scales, b, row, kv_head));
+    load_value_row<Input>(p, fp8, b, row, kv_head, v + j * padded_d);
     std::fill(v + j * padded_d + d, v + (j + 1) * padded_d, 0.f);
   }
   std::fill(k + keys * d, k + k_rows * d, 0.f);
@@ -278,9 +305,9 @@ HOPATTN_ALWAYS_INLINE void online_softmax_step(const ForwardProblem& p, const Se
   }
 }
 
-// One task: q, k and v of element type Input (dequantised through `scales` for e4m3), o of Output.
+// One task: q, k and v of element type Input (dequantised as `fp8` says for e4m3), o of Output.
 template <class Input, class Output>
-HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const InputScales& scales,
+HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Fp8Inputs& fp8,
                                               const Task& t, Workspace& ws) {
   const int64_t d = p.head_dim;
   const int64_t padded_d = round_up(d, kPadFloats);
@@ -294,7 +321,7 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Inp
 
   ws.reserve(d, padded_d);
   float* o = ws.o.data();
-  load_query_block<Input>(p, scales, t, m0, rows, score_columns, ws.q_t.data());
+  load_query_block<Input>(p, fp8, t, m0, rows, score_columns, ws.q_t.data());
   std::fill(ws.row_max.data(), ws.row_max.data() + score_columns, -INFINITY);
   std::fill(ws.row_sum.data(), ws.row_sum.data() + score_columns, 0.f);
   std::fill(o, o + output_rows * padded_d, 0.f);
@@ -309,7 +336,7 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Inp
     // Under the causal mask, the panels of rows that see no key of this block are skipped
     // throughout: their running max, sum and output stay as they are.
     const int64_t first = first_row / kScorePanel * kScorePanel;
-    const bool finite_v = load_key_block<Input>(p, scales, seq, kv_head, n0, keys, score_rows,
+    const bool finite_v = load_key_block<Input>(p, fp8, seq, kv_head, n0, keys, score_rows,
                                                 padded_d, ws.k.data(), ws.v.data());
     gemm<kScoreRows, kScoreVecs, false>(ws.k.data(), d, 1, ws.q_t.data() + first, kBlockM,
                                         ws.s_t.data() + first, kBlockM, score_rows,
@@ -321,7 +348,8 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Inp
       for (int64_t c = 0; c < padded_d; c += kLanes)
         store(o + i * padded_d + c, load(o + i * padded_d + c) * factor);
     }
-    prefetch_key_block<Input>(p, seq, kv_head, n0 + keys, std::min(kBlockN, key_limit - n0 - keys));
+    prefetch_key_block<Input>(p, fp8, seq, kv_head, n0 + keys,
+                              std::min(kBlockN, key_limit - n0 - keys));
     if (!finite_v && p.causal) {
       masked_pv(p, seq, m0, n0, keys, first, rows, padded_d, ws.s_t.data(), ws.v.data(), o);
     } else {
@@ -346,18 +374,18 @@ HOPATTN_ALWAYS_INLINE void attend_query_block(const ForwardProblem& p, const Inp
 
 // 16- and 32-bit inputs share o's dtype; e4m3 inputs write bfloat16 or float16.
 HOPATTN_CPU_CLONES void run_task(const ForwardProblem& p, DType input_dtype,
-                                 const InputScales& scales, const Task& task) {
+                                 const Fp8Inputs& fp8, const Task& task) {
   Workspace& ws = thread_workspace();
   // A switch rather than visit_dtype: a lambda would be a separate function, outside the clone.
   switch (input_dtype) {
-    case DType::kFloat32: attend_query_block<float, float>(p, scales, task, ws); break;
-    case DType::kBFloat16: attend_query_block<bfloat16, bfloat16>(p, scales, task, ws); break;
-    case DType::kFloat16: attend_query_block<float16, float16>(p, scales, task, ws); break;
+    case DType::kFloat32: attend_query_block<float, float>(p, fp8, task, ws); break;
+    case DType::kBFloat16: attend_query_block<bfloat16, bfloat16>(p, fp8, task, ws); break;
+    case DType::kFloat16: attend_query_block<float16, float16>(p, fp8, task, ws); break;
     case DType::kFloat8E4M3:
       if (p.dtype == DType::kFloat16) {
-        attend_query_block<float8_e4m3, float16>(p, scales, task, ws);
+        attend_query_block<float8_e4m3, float16>(p, fp8, task, ws);
       } else {
-        attend_query_block<float8_e4m3, bfloat16>(p, scales, task, ws);
+        attend_query_block<float8_e4m3, bfloat16>(p, fp8, task, ws);
       }
       break;
   }
@@ -371,10 +399,10 @@ bool supports(DType dtype, int64_t head_dim) {
 
 int worker_count() { return ThreadPool::instance().thread_count(); }
 
-Status run_forward(const ForwardProblem& problem, DType input_dtype, const InputScales& scales) {
+Status run_forward(const ForwardProblem& problem, DType input_dtype, const Fp8Inputs& fp8) {
   const TaskList tasks(problem);
   ThreadPool::instance().parallel_for(tasks.count(), [&](int64_t index) {
-    run_task(problem, input_dtype, scales, tasks[index]);
+    run_task(problem, input_dtype, fp8, tasks[index]);
   });
   return Status::kOk;
 }

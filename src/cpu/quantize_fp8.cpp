@@ -2,8 +2,8 @@
 // thread pool. The first rotates every row (core/hadamard.hpp) and takes the amax of each row
 // block; the scales follow from the amaxes (reduced over the whole tensor for kTensor); the
 // second rotates each row again, identically, and writes the codes of value / scale
-// (core/fp8_scale.hpp's rule). Recomputing the
-// rotation costs less than a float32 copy of x would in memory.
+// (core/fp8_scale.hpp's rule), in rows or in the V-transposed layout (core/fp8_layout.hpp).
+// Recomputing the rotation costs less than a float32 copy of x would in memory.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/fp8_layout.hpp"
 #include "core/fp8_scale.hpp"
 #include "core/hadamard.hpp"
 #include "cpu/cpu_backend.hpp"
@@ -50,21 +51,52 @@ void block_amaxes(const QuantizeProblem& p, int64_t b, int64_t head, float* amax
   }
 }
 
+// Where out's element (b, row, head, i) lies, in the problem's layout.
+class OutLayout {
+ public:
+  explicit OutLayout(const QuantizeProblem& p)
+      : stride_(p.out_stride),
+        transposed_(p.out_layout == Fp8Layout::kVTransposed),
+        v_transposed_(VTransposedLayout::of(p.seqlen, p.heads, p.head_dim)),
+        rows_(transposed_ ? v_transposed_.pitch : p.seqlen) {}
+
+  int64_t offset(int64_t b, int64_t row, int64_t head, int64_t i) const {
+    return transposed_ ? v_transposed_.offset(b, row, head, i)
+                       : b * stride_.batch + row * stride_.seq + head * stride_.head + i;
+  }
+  // The rows of a (batch, head): seqlen, or up to the V-transposed layout's pitch, whose rows
+  // past seqlen the SM90 kernel reads (with a weight of zero) and so must be finite (hopattn.h).
+  int64_t rows() const { return rows_; }
+
+ private:
+  Strides stride_;
+  bool transposed_;
+  VTransposedLayout v_transposed_;
+  int64_t rows_;
+};
+
 // Pass 2 for one (batch, head), with scale[r] the scale of row block r.
 template <class Element>
 void write_codes(const QuantizeProblem& p, int64_t b, int64_t head, const float* scale) {
+  const OutLayout layout(p);
+  auto* out = static_cast<float8_e4m3*>(p.out);
+  const auto code = [&](int64_t row, int64_t i) -> float8_e4m3& {
+    return out[layout.offset(b, row, head, i)];
+  };
   std::vector<float> values(static_cast<size_t>(p.head_dim));
   for (int64_t row = 0; row < p.seqlen; ++row) {
-    float8_e4m3* out = static_cast<float8_e4m3*>(p.out) + b * p.out_stride.batch +
-                       row * p.out_stride.seq + head * p.out_stride.head;
     const float s = scale[row / p.block_rows];
     if (!std::isfinite(s)) {  // the block holds a NaN or an infinity: all of it is NaN
-      for (int64_t i = 0; i < p.head_dim; ++i) out[i] = {kFloat8E4M3NaN};
+      for (int64_t i = 0; i < p.head_dim; ++i) code(row, i) = {kFloat8E4M3NaN};
       continue;
     }
     load_row<Element>(p, b, row, head, values.data());
     const float reciprocal = fp8_reciprocal_of(s);
-    for (int64_t i = 0; i < p.head_dim; ++i) out[i] = from_float<float8_e4m3>(fp8_scaled(values[i], reciprocal));
+    for (int64_t i = 0; i < p.head_dim; ++i)
+      code(row, i) = from_float<float8_e4m3>(fp8_scaled(values[i], reciprocal));
+  }
+  for (int64_t row = p.seqlen; row < layout.rows(); ++row) {
+    for (int64_t i = 0; i < p.head_dim; ++i) code(row, i) = {0};
   }
 }
 

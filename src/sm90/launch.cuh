@@ -69,12 +69,26 @@ Status launch_forward_kernel(Problem const& problem, DeviceShape const& device, 
   return Status::kOk;
 }
 
-template <class Element, class ElementOut, int kHeadDim, class Tiles, class Problem>
-Status launch_forward_tiles(Problem const& problem, DeviceShape const& device, void* workspace) {
-  using Config = ForwardConfig<Element, ElementOut, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages>;
+template <class Config, class Problem>
+Status launch_forward_masks(Problem const& problem, DeviceShape const& device, void* workspace) {
   if (problem.causal) return launch_forward_kernel<Config, true, DynamicTileScheduler>(problem, device, workspace);
   return equal_tiles(problem) ? launch_forward_kernel<Config, false, StaticTileScheduler>(problem, device, workspace)
                               : launch_forward_kernel<Config, false, DynamicTileScheduler>(problem, device, workspace);
+}
+
+template <class Element, class ElementOut, int kHeadDim, class Tiles, bool kVTransposedInput = false>
+using TileConfig = ForwardConfig<Element, ElementOut, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages,
+                                 kVTransposedInput>;
+
+// FP8 takes V in either layout (Fp8ForwardProblem::v_layout), each with a kernel of its own.
+template <class Element, class ElementOut, int kHeadDim, class Tiles, class Problem>
+Status launch_forward_tiles(Problem const& problem, DeviceShape const& device, void* workspace) {
+  if constexpr (sizeof(Element) == 1) {
+    if (problem.v_layout == Fp8Layout::kVTransposed) {
+      return launch_forward_masks<TileConfig<Element, ElementOut, kHeadDim, Tiles, true>>(problem, device, workspace);
+    }
+  }
+  return launch_forward_masks<TileConfig<Element, ElementOut, kHeadDim, Tiles>>(problem, device, workspace);
 }
 
 // The head_dim's tile, or its shorter one where that wastes less (tile_size.hpp). Variable-length

@@ -46,6 +46,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/fp8_layout.hpp"
 #include "core/fp8_scale.hpp"
 #include "core/hadamard.hpp"
 #include "core/problem.hpp"
@@ -611,6 +612,59 @@ Status run_dtype(const QuantizeProblem& problem, const Params& p, int vec) {
   return set_error(Status::kInternal, "sm90: FP8 quantisation of float8_e4m3 input (validation refuses it)");
 }
 
+// HOPATTN_FP8_LAYOUT_V_TRANSPOSED from codes in rows (contiguous (batch, seqlen, heads, head_dim)):
+// a CTA per kTransposeRows rows of one (batch, head) stages them in shared memory with coalesced
+// reads, then writes each head_dim column's rows at their positions (a warp's 32 bytes fall in
+// two groups of 16), and zeros for the rows from seqlen up to the pitch.
+constexpr int kTransposeRows = 64;
+constexpr int kTransposeThreads = 256;
+
+__global__ void __launch_bounds__(kTransposeThreads) v_transpose_kernel(const uint8_t* rows, uint8_t* out,
+                                                                        VTransposedLayout layout, int64_t seqlen) {
+  extern __shared__ uint8_t tile[];  // kTransposeRows x head_dim
+  const int64_t b = blockIdx.z, head = blockIdx.y, first_row = int64_t(blockIdx.x) * kTransposeRows;
+  const int head_dim = int(layout.head_dim);
+  for (int i = threadIdx.x; i < kTransposeRows * head_dim; i += kTransposeThreads) {
+    const int64_t row = first_row + i / head_dim;
+    tile[i] = row < seqlen ? rows[((b * seqlen + row) * layout.heads + head) * head_dim + i % head_dim] : 0;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTransposeRows * head_dim; i += kTransposeThreads) {
+    const int r = i % kTransposeRows, d = i / kTransposeRows;
+    const int64_t row = first_row + r;
+    if (row < layout.pitch) out[layout.offset(b, row, head, d)] = tile[r * head_dim + d];
+  }
+}
+
+Status quantize_rows(const QuantizeProblem& problem);
+
+// Codes into a stream-ordered buffer in rows, then into out's transposed layout: the codes are
+// those of the rows layout, so both backends still agree bit for bit.
+Status quantize_v_transposed(const QuantizeProblem& problem) {
+  auto stream = static_cast<cudaStream_t>(problem.cuda_stream);
+  const int64_t elements = problem.batch * problem.seqlen * problem.heads * problem.head_dim;
+  void* rows = nullptr;
+  cudaError_t error = cudaMallocAsync(&rows, static_cast<size_t>(elements), stream);
+  if (error != cudaSuccess) return cuda_failure("cudaMallocAsync of the FP8 codes in rows", error);
+  QuantizeProblem in_rows = problem;
+  in_rows.out = rows;
+  in_rows.out_layout = Fp8Layout::kRows;
+  in_rows.out_stride = {problem.seqlen * problem.heads * problem.head_dim, problem.heads * problem.head_dim,
+                        problem.head_dim};
+  Status status = quantize_rows(in_rows);
+  if (status == Status::kOk) {
+    const VTransposedLayout layout = VTransposedLayout::of(problem.seqlen, problem.heads, problem.head_dim);
+    const dim3 grid(unsigned((layout.pitch - 1) / kTransposeRows + 1), unsigned(problem.heads), unsigned(problem.batch));
+    const size_t shared_bytes = size_t(kTransposeRows) * size_t(problem.head_dim);
+    v_transpose_kernel<<<grid, kTransposeThreads, shared_bytes, stream>>>(
+        static_cast<const uint8_t*>(rows), static_cast<uint8_t*>(problem.out), layout, problem.seqlen);
+    status = check_launch("the FP8 V transpose kernel");
+  }
+  error = cudaFreeAsync(rows, stream);
+  if (status == Status::kOk && error != cudaSuccess) status = cuda_failure("cudaFreeAsync of the FP8 codes in rows", error);
+  return status;
+}
+
 }  // namespace
 
 Status quantize_fp8(const QuantizeProblem& problem) {
@@ -619,6 +673,13 @@ Status quantize_fp8(const QuantizeProblem& problem) {
       s != Status::kOk) {
     return s;
   }
+  if (problem.batch <= 0 || problem.seqlen <= 0 || problem.heads <= 0) return Status::kOk;
+  return problem.out_layout == Fp8Layout::kVTransposed ? quantize_v_transposed(problem) : quantize_rows(problem);
+}
+
+namespace {
+
+Status quantize_rows(const QuantizeProblem& problem) {
   const int64_t n = problem.head_dim;
   if (n < 1 || n > kMaxHeadDim) {
     return set_error(Status::kUnsupported, "head_dim " + std::to_string(n) +
@@ -628,7 +689,6 @@ Status quantize_fp8(const QuantizeProblem& problem) {
   if (problem.hadamard && !is_power_of_two(n)) {
     return set_error(Status::kInternal, "sm90: the Hadamard rotation needs a power-of-two head_dim (validation checks it)");
   }
-  if (problem.batch <= 0 || problem.seqlen <= 0 || problem.heads <= 0) return Status::kOk;
 
   // The widest vector (16 bytes of x at most) that divides head_dim and that the addresses of x's
   // and out's rows are aligned to.
@@ -699,4 +759,5 @@ Status quantize_fp8(const QuantizeProblem& problem) {
   return status;
 }
 
+}  // namespace
 }  // namespace hopattn::sm90

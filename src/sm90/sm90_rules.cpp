@@ -176,10 +176,17 @@ Status check_forward_fp8_rules(const Fp8ForwardProblem& p) {
   const SeqlenLayout& s = p.seqlens;
   const int64_t tensor_batch = s.varlen() ? 1 : s.batch;
   constexpr DType e4m3 = DType::kFloat8E4M3;
+  // V given transposed: its TMA view (mainloop.cuh) steps head_dim rows by the pitch, in the place
+  // of the row stride (validation has checked its strides against the layout).
+  Strides v_stride = p.v_stride;
+  if (p.v_layout == Fp8Layout::kVTransposed) {
+    const VTransposedLayout vt = VTransposedLayout::of(s.total_k, p.heads_kv, p.head_dim);
+    v_stride = {vt.batch_stride(), vt.pitch, vt.head_stride()};
+  }
   if (Status status =
           check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q, e4m3},
                          {"k", p.k, p.k_stride, tensor_batch, s.total_k, p.heads_kv, e4m3},
-                         {"v", p.v, p.v_stride, tensor_batch, s.total_k, p.heads_kv, e4m3},
+                         {"v", p.v, v_stride, tensor_batch, s.total_k, p.heads_kv, e4m3},
                          {"o", p.o, p.o_stride, tensor_batch, s.total_q, p.heads_q, p.dtype}},
                         s, p.heads_q);
       status != Status::kOk) {

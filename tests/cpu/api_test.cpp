@@ -77,6 +77,8 @@ TEST(Api, DefaultOptions) {
   EXPECT_EQ(options.struct_size, sizeof(hopattn_forward_options));
   EXPECT_EQ(options.workspace, nullptr);
   EXPECT_EQ(options.workspace_bytes, 0u);
+  EXPECT_EQ(options.fp8_v_layout, HOPATTN_FP8_LAYOUT_ROWS);
+  EXPECT_EQ(hopattn_default_quantize_options().layout, HOPATTN_FP8_LAYOUT_ROWS);
 }
 
 // Memory for a growable struct followed by sentinel bytes that hopattn_init_* must not touch.
@@ -111,6 +113,7 @@ TEST(Api, InitForwardOptionsWritesTheCallersStructSizeOnly) {
   EXPECT_EQ(options.cuda_stream, defaults.cuda_stream);
   EXPECT_EQ(options.workspace, defaults.workspace);
   EXPECT_EQ(options.workspace_bytes, defaults.workspace_bytes);
+  EXPECT_EQ(options.fp8_v_layout, defaults.fp8_v_layout);
 
   options.backend = HOPATTN_BACKEND_CPU;
   options.causal = 1;

@@ -147,7 +147,8 @@ int main(void) {
                initialised.struct_size == sizeof initialised &&
                initialised.scaling == HOPATTN_FP8_SCALE_BLOCK && initialised.block_rows == 128 &&
                initialised.hadamard == 1 && initialised.seed == 0 &&
-               initialised.backend == HOPATTN_BACKEND_AUTO && initialised.cuda_stream == NULL,
+               initialised.backend == HOPATTN_BACKEND_AUTO && initialised.cuda_stream == NULL &&
+               initialised.layout == HOPATTN_FP8_LAYOUT_ROWS,
            "hopattn_init_quantize_options gives the inline defaults");
     expect(hopattn_forward_varlen(&tcodes, &tk, &tv, &to, lse, &varlen, &options) ==
                    HOPATTN_ERROR_INVALID_ARGUMENT &&
@@ -171,7 +172,8 @@ int main(void) {
     options = hopattn_default_forward_options();
     expect(initialised.struct_size == options.struct_size &&
                initialised.backend == options.backend && initialised.workspace == NULL &&
-               initialised.workspace_bytes == 0,
+               initialised.workspace_bytes == 0 &&
+               initialised.fp8_v_layout == HOPATTN_FP8_LAYOUT_ROWS,
            "hopattn_init_forward_options gives the inline defaults");
     expect(hopattn_init_varlen(&initialised_varlen, 0) == HOPATTN_ERROR_INVALID_ARGUMENT,
            "hopattn_init_varlen refuses struct_size 0");

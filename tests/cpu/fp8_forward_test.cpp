@@ -1,7 +1,8 @@
 // hopattn_forward_fp8 on the CPU backend, through the C ABI: inputs quantised with
 // hopattn_quantize_fp8, the output checked against the float64 reference on the dequantised
 // inputs (code * scale, Fp8Scales::index) over a matrix of shapes and every scale layout; bit for
-// bit equal to the float32 forward of those inputs (the same algorithm); NaN and +inf scales
+// bit equal to the float32 forward of those inputs (the same algorithm), and with V in the
+// V-transposed layout to the call with V in rows; NaN and +inf scales
 // making NaN in exactly the rows that see their block; refused scales; the workspace query and
 // the C++ wrapper.
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "api/problem_of.hpp"
 #include "core/causal_mask.hpp"
 #include "core/dtype.hpp"
+#include "core/fp8_layout.hpp"
 #include "cpu/reference.hpp"
 #include "hopattn/hopattn.h"
 #include "hopattn/hopattn.hpp"
@@ -419,6 +421,78 @@ TEST(Fp8Forward, VarlenEqualsTheFloat32VarlenForwardOfTheDequantisedInputsBitFor
   EXPECT_EQ(hopattn::forward_fp8_workspace_size(input(t.q), input(t.k), input(t.v), c.out,
                                                 &cpp_varlen, cpp_options),
             0u);
+}
+
+// v's source quantised again, by hopattn_quantize_fp8 into HOPATTN_FP8_LAYOUT_V_TRANSPOSED: the
+// codes in that layout, with scales of their own (equal to v's).
+struct TransposedV {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  hopattn_tensor tensor{};
+  hopattn_fp8_scales fp8{};
+
+  explicit TransposedV(const QuantizedInput& v) : scales(v.scales.size(), 0.f) {
+    const hopattn_tensor& x = v.source_view;
+    const VTransposedLayout layout = VTransposedLayout::of(x.seqlen, x.heads, x.head_dim);
+    codes.assign(static_cast<size_t>(layout.elements(x.batch)), 0x7f);
+    tensor = {codes.data(), HOPATTN_DTYPE_FLOAT8_E4M3, x.batch,  x.seqlen, x.heads, x.head_dim,
+              layout.batch_stride(), 1, layout.head_stride()};
+    hopattn_quantize_options options = v.options;  // unrotated, as V always is
+    options.layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+    EXPECT_EQ(hopattn_quantize_fp8(&x, &tensor, scales.data(), &options), HOPATTN_OK)
+        << hopattn_last_error();
+    EXPECT_EQ(scales, v.scales);
+    fp8 = {scales.data(), v.fp8.scaling, v.fp8.block_rows};
+  }
+};
+
+// The same V in either layout: the CPU gathers a transposed V's rows into the same tiles, so O and
+// the LSE are bit for bit those of V in rows; key counts that are no multiple of 16 (the pitch's
+// pad), block V scales, fixed and variable lengths, causal or not.
+TEST(Fp8Forward, VTransposedGivesTheResultsOfVInRowsBitForBit) {
+  const std::vector<int32_t> cu_q = {0, 0, 37, 237, 238, 328}, cu_k = {0, 5, 69, 199, 199, 289};
+  for (const bool is_varlen : {false, true}) {
+    for (const bool causal : {false, true}) {
+      Fp8Case c;
+      c.batch = is_varlen ? 1 : 2;
+      c.seqlen_q = is_varlen ? cu_q.back() : 150;
+      c.seqlen_k = is_varlen ? cu_k.back() : 97;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.causal = causal;
+      c.v_scales = {HOPATTN_FP8_SCALE_BLOCK, 64};
+      SCOPED_TRACE(describe(c) + (is_varlen ? " varlen" : ""));
+      std::mt19937_64 rng(test_seed());
+      Fp8Tensors t(c, rng);
+      const TransposedV transposed(t.v);
+      hopattn_varlen varlen = hopattn_default_varlen();
+      varlen.batch = static_cast<int64_t>(cu_q.size()) - 1;
+      varlen.cu_seqlens_q = cu_q.data();
+      varlen.cu_seqlens_k = cu_k.data();
+      varlen.max_seqlen_q = 200;
+      varlen.max_seqlen_k = 130;
+      hopattn_forward_options options = hopattn_default_forward_options();
+      options.backend = HOPATTN_BACKEND_CPU;
+      options.causal = causal;
+      const auto run = [&](const hopattn_tensor& v, const hopattn_fp8_scales& v_scales,
+                           hopattn_tensor& o, float* lse) {
+        return is_varlen ? hopattn_forward_fp8_varlen(&t.q.tensor, &t.q.fp8, &t.k.tensor, &t.k.fp8,
+                                                      &v, &v_scales, &o, lse, &varlen, &options)
+                         : hopattn_forward_fp8(&t.q.tensor, &t.q.fp8, &t.k.tensor, &t.k.fp8, &v,
+                                               &v_scales, &o, lse, &options);
+      };
+      ASSERT_EQ(run(t.v.tensor, t.v.fp8, t.o, t.lse.data()), HOPATTN_OK) << hopattn_last_error();
+      std::vector<uint16_t> o(t.o_storage.size(), 0x7fc0);
+      std::vector<float> lse(t.lse.size(), kNaN);
+      hopattn_tensor o_view = t.o;
+      o_view.data = o.data();
+      options.fp8_v_layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+      ASSERT_EQ(run(transposed.tensor, transposed.fp8, o_view, lse.data()), HOPATTN_OK)
+          << hopattn_last_error();
+      EXPECT_EQ(o, t.o_storage);
+      EXPECT_EQ(std::memcmp(lse.data(), t.lse.data(), lse.size() * sizeof(float)), 0);
+    }
+  }
 }
 
 // Rows of O (all head_dim values) and of the LSE that hold NaN, as (batch, head, row) flags.

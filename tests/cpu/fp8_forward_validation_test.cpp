@@ -161,6 +161,14 @@ class Fp8ForwardValidation : public ::testing::Test {
     }
   }
 
+  // v in HOPATTN_FP8_LAYOUT_V_TRANSPOSED, with its layout's strides: pitch 208 for 200 rows.
+  void v_transposed() {
+    options.fp8_v_layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+    v.seq_stride = 1;
+    v.head_stride = 64 * 208;
+    v.batch_stride = 2 * 64 * 208;
+  }
+
   hopattn_tensor* tensor(const char* name) {
     switch (name[0]) {
       case 'q': return &q;
@@ -342,6 +350,92 @@ TEST_F(Fp8ForwardValidation, SharesTheForwardsOptions) {
   const int backend = 7;
   std::memcpy(&options.backend, &backend, sizeof backend);
   expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "options.backend is 7");
+}
+
+TEST_F(Fp8ForwardValidation, VLayoutIsRowsOrVTransposed) {
+  for (int layout : {2, -1}) {
+    SCOPED_TRACE(layout);
+    SetUp();
+    std::memcpy(&options.fp8_v_layout, &layout, sizeof layout);
+    const std::string message = "options->fp8_v_layout is " + std::to_string(layout) +
+                                "; allowed: 0 (HOPATTN_FP8_LAYOUT_ROWS), 1 "
+                                "(HOPATTN_FP8_LAYOUT_V_TRANSPOSED)";
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, message);
+    expect_query_rejected(HOPATTN_DTYPE_BFLOAT16, HOPATTN_ERROR_INVALID_ARGUMENT, message);
+    packed();
+    expect_varlen_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, message);
+  }
+  // A caller of the first hopattn.h with the struct: the field lies past its struct_size, unread.
+  SetUp();
+  const int transposed = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+  std::memcpy(&options.fp8_v_layout, &transposed, sizeof transposed);
+  options.struct_size = kForwardOptionsFirstSize;
+  expect_accepted();
+  EXPECT_EQ(call.problem.v_layout, Fp8Layout::kRows);
+}
+
+TEST_F(Fp8ForwardValidation, VTransposedStatesItsLayoutsStrides) {
+  v_transposed();
+  expect_accepted();
+  EXPECT_EQ(call.problem.v_layout, Fp8Layout::kVTransposed);
+  EXPECT_EQ(call.problem.k_stride.seq, 2 * 64);  // q and k stay in rows
+  ASSERT_EQ(query(), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.v_layout, Fp8Layout::kVTransposed);
+  const std::string layout =
+      ": in HOPATTN_FP8_LAYOUT_V_TRANSPOSED v has seq_stride 1, head_stride = head_dim * pitch = "
+      "13312 and batch_stride = heads * head_stride = 26624, with pitch 208 (seqlen 200 rounded "
+      "up to a multiple of 16)";
+  SetUp();
+  options.fp8_v_layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;  // v's strides those of rows
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "v.seq_stride is 128 but must be 1" + layout);
+  expect_query_rejected(HOPATTN_DTYPE_BFLOAT16, HOPATTN_ERROR_INVALID_ARGUMENT,
+                        "v.seq_stride is 128 but must be 1" + layout);
+  v_transposed();
+  v.head_stride = 64 * 200;  // the rows without the pad
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "v.head_stride is 12800 but must be 13312" + layout);
+  v_transposed();
+  v.batch_stride += 16;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "v.batch_stride is 26640 but must be 26624" + layout);
+  // The logical shape follows the forward's rules (199 rows have the same pitch).
+  v_transposed();
+  v.seqlen = 199;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "v is (2, 199, 2, 64) but k is (2, 200, 2, 64); v must have k's shape");
+  // Packed: the pitch of all 400 rows; batch 1 states its batch_stride too.
+  packed();
+  options.backend = HOPATTN_BACKEND_CPU;
+  options.fp8_v_layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+  v.seq_stride = 1;
+  v.head_stride = 64 * 400;
+  v.batch_stride = 2 * 64 * 400;
+  EXPECT_EQ(validate(true), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.v_layout, Fp8Layout::kVTransposed);
+  v.batch_stride = 0;
+  expect_varlen_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "v.batch_stride is 0 but must be 51200");
+}
+
+// The layout's extent, pad included: 2 x 2 x 64 x 208 = 53248 bytes (rows' rule on the same strides
+// would end v at 26624 + 13312 + 199 + 64 = 40199).
+TEST_F(Fp8ForwardValidation, VTransposedExtentIsItsLayouts) {
+  v_transposed();
+  o.data = static_cast<char*>(v.data) + 45000;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "o shares memory with v; outputs must not overlap the inputs");
+  o.data = static_cast<char*>(v.data) + 53248;
+  expect_accepted();
+  v.data = reinterpret_cast<void*>(UINTPTR_MAX - 50000);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "v: its 53248 bytes from v.data run past the end of the address space");
+  for (int64_t rows : {std::numeric_limits<int64_t>::max() - 3, int64_t{1} << 60}) {
+    SCOPED_TRACE(rows);
+    SetUp();
+    v_transposed();
+    v.seqlen = rows;
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "v: the offset of its last element, or its extent in bytes, overflows int64");
+  }
 }
 
 TEST_F(Fp8ForwardValidation, EachScalesLayoutIsChecked) {

@@ -1,6 +1,7 @@
 // The FP8 building blocks of core/: the float8 e4m3 conversions (core/dtype.hpp) against all 256
-// codes decoded independently, and the Hadamard rotation (core/hadamard.hpp) against a dense
-// Sylvester matrix. The conversions must equal bench/fp8_numerics.py's e4m3() bit for bit.
+// codes decoded independently, the Hadamard rotation (core/hadamard.hpp) against a dense
+// Sylvester matrix, and the V-transposed layout (core/fp8_layout.hpp) against hopattn.h's formula.
+// The conversions must equal bench/fp8_numerics.py's e4m3() bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/fp8_layout.hpp"
 #include "core/hadamard.hpp"
 
 namespace hopattn {
@@ -209,6 +211,52 @@ TEST(Hadamard, RotationIsHTimesDAndKeepsDotProducts) {
 TEST(Hadamard, PowerOfTwo) {
   for (int64_t n : {1, 2, 4, 64, 512, 1 << 20}) EXPECT_TRUE(is_power_of_two(n)) << n;
   for (int64_t n : {0, -4, 3, 6, 96, 513}) EXPECT_FALSE(is_power_of_two(n)) << n;
+}
+
+// The order of P's operand within a group, written out: rows 8 i + 2 c + j at 4 c + 2 i + j.
+TEST(VTransposedLayout, PositionPermutesEachGroupOf16) {
+  const int64_t positions[16] = {0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15};
+  for (int64_t group : {0, 1, 5, 1000}) {
+    std::vector<bool> taken(16, false);
+    for (int64_t r = 0; r < 16; ++r) {
+      const int64_t position = v_transposed_position(16 * group + r);
+      ASSERT_EQ(position, 16 * group + positions[r]) << group << " " << r;
+      taken[static_cast<size_t>(position - 16 * group)] = true;
+    }
+    EXPECT_EQ(std::count(taken.begin(), taken.end(), true), 16) << group;
+  }
+  for (int64_t i : {0, 1})
+    for (int64_t c = 0; c < 4; ++c)
+      for (int64_t j : {0, 1})
+        EXPECT_EQ(v_transposed_position(8 * i + 2 * c + j), 4 * c + 2 * i + j);
+}
+
+// hopattn.h: (b, s, h, d) at b * batch_stride + h * head_stride + d * pitch + 16 * (s / 16) +
+// position(s % 16), pitch = seqlen rounded up to 16, head_stride = head_dim * pitch, batch_stride
+// = heads * head_stride; the rows up to the pitch fill elements(batch) exactly, each once.
+TEST(VTransposedLayout, OffsetIsTheDocumentedFormula) {
+  for (int64_t seqlen : {1, 16, 17, 127}) {
+    SCOPED_TRACE(seqlen);
+    const int64_t batch = 2, heads = 3, head_dim = 5;
+    const VTransposedLayout layout = VTransposedLayout::of(seqlen, heads, head_dim);
+    const int64_t pitch = (seqlen + 15) / 16 * 16;
+    EXPECT_EQ(layout.pitch, pitch);
+    EXPECT_EQ(v_transposed_pitch(seqlen), pitch);
+    EXPECT_EQ(layout.head_stride(), head_dim * pitch);
+    EXPECT_EQ(layout.batch_stride(), heads * head_dim * pitch);
+    EXPECT_EQ(layout.elements(batch), batch * heads * head_dim * pitch);
+    std::vector<int> uses(static_cast<size_t>(layout.elements(batch)), 0);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < pitch; ++s)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < head_dim; ++d) {
+            const int64_t offset = layout.offset(b, s, h, d);
+            ASSERT_EQ(offset, b * heads * head_dim * pitch + h * head_dim * pitch + d * pitch +
+                                  16 * (s / 16) + v_transposed_position(s % 16));
+            ++uses[static_cast<size_t>(offset)];
+          }
+    EXPECT_EQ(std::count(uses.begin(), uses.end(), 1), static_cast<std::ptrdiff_t>(uses.size()));
+  }
 }
 
 }  // namespace

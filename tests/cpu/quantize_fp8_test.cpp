@@ -1,15 +1,18 @@
 // hopattn_quantize_fp8 through the C ABI on the CPU backend: every scaling mode's scales and
 // layout, the round trip within e4m3's rounding bound, the rotation, zero blocks, NaN and
-// infinity as hopattn.h documents them, strided tensors, every input dtype.
+// infinity as hopattn.h documents them, strided tensors, every input dtype, out in the
+// V-transposed layout.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/fp8_layout.hpp"
 #include "core/fp8_scale.hpp"
 #include "core/hadamard.hpp"
 #include "hopattn/hopattn.h"
@@ -30,7 +33,7 @@ struct Quantized {
   hopattn_tensor x_view{}, out_view{};
   hopattn_quantize_options options = hopattn_default_quantize_options();
 
-  Quantized(uint64_t seed = 1) {
+  Quantized(uint64_t seed = 1, int64_t rows = 300) : seqlen(rows) {
     x_view = {nullptr, HOPATTN_DTYPE_FLOAT32, batch, seqlen, heads, head_dim,
               (seqlen + 5) * heads * (head_dim + 8), heads * (head_dim + 8), head_dim + 8};
     x.assign(static_cast<size_t>(batch * x_view.batch_stride), 0.f);
@@ -43,6 +46,17 @@ struct Quantized {
     out.assign(static_cast<size_t>(batch * out_view.batch_stride), 0xa5);  // a sentinel
     out_view.data = out.data();
     options.backend = HOPATTN_BACKEND_CPU;
+  }
+
+  // out in HOPATTN_FP8_LAYOUT_V_TRANSPOSED instead (so unrotated), poisoned with NaN codes.
+  void transpose_out() {
+    const VTransposedLayout layout = VTransposedLayout::of(seqlen, heads, head_dim);
+    out_view = {nullptr, HOPATTN_DTYPE_FLOAT8_E4M3, batch, seqlen, heads, head_dim,
+                layout.batch_stride(), 1, layout.head_stride()};
+    out.assign(static_cast<size_t>(layout.elements(batch)), kFloat8E4M3NaN);
+    out_view.data = out.data();
+    options.layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+    options.hadamard = 0;
   }
 
   float& at(int64_t b, int64_t row, int64_t h, int64_t i) {
@@ -122,6 +136,42 @@ TEST(QuantizeFp8, RoundTripsWithinHalfAnUlpInEveryMode) {
         }
       }
       for (size_t i = 0; i < amax.size(); ++i) EXPECT_EQ(q.scales[i], amax[i] / 448.f) << i;
+    }
+  }
+}
+
+// The V-transposed layout holds the codes of rows bit for bit (a non-finite block's NaN codes
+// too) at VTransposedLayout's addresses and zero codes at the rows past seqlen up to the pitch,
+// which leaves no byte unwritten; the scales do not depend on the layout.
+TEST(QuantizeFp8, VTransposedHoldsTheCodesOfRowsAtTheLayoutsAddresses) {
+  const std::pair<hopattn_fp8_scaling, int64_t> scalings[] = {{HOPATTN_FP8_SCALE_TENSOR, 128},
+                                                              {HOPATTN_FP8_SCALE_HEAD, 128},
+                                                              {HOPATTN_FP8_SCALE_BLOCK, 16},
+                                                              {HOPATTN_FP8_SCALE_BLOCK, 100}};
+  for (const int64_t seqlen : {1, 17, 127, 300}) {
+    for (const auto& [mode, block_rows] : scalings) {
+      SCOPED_TRACE(testing::Message() << "seqlen " << seqlen << " scaling " << mode
+                                      << " block_rows " << block_rows);
+      Quantized rows(5, seqlen), transposed(5, seqlen);
+      for (Quantized* q : {&rows, &transposed}) {
+        q->options.scaling = mode;
+        q->options.block_rows = block_rows;
+        q->options.hadamard = 0;
+        q->at(1, seqlen - 1, 2, 7) = kInf;
+      }
+      transposed.transpose_out();
+      rows.run();
+      transposed.run();
+      EXPECT_EQ(transposed.scales, rows.scales);
+      const VTransposedLayout layout = VTransposedLayout::of(seqlen, rows.heads, rows.head_dim);
+      std::vector<uint8_t> expected(static_cast<size_t>(layout.elements(rows.batch)), 0x00);
+      for (int64_t b = 0; b < rows.batch; ++b)
+        for (int64_t row = 0; row < seqlen; ++row)
+          for (int64_t h = 0; h < rows.heads; ++h)
+            for (int64_t i = 0; i < rows.head_dim; ++i)
+              expected[static_cast<size_t>(layout.offset(b, row, h, i))] = rows.code(b, row, h, i);
+      EXPECT_EQ(transposed.out, expected);
+      EXPECT_EQ(expected[static_cast<size_t>(layout.offset(1, seqlen - 1, 2, 7))], kFloat8E4M3NaN);
     }
   }
 }

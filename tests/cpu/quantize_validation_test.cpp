@@ -66,6 +66,16 @@ class QuantizeValidation : public ::testing::Test {
         << "message \"" << last_error() << "\" lacks \"" << fragment << "\"";
   }
 
+  // out in HOPATTN_FP8_LAYOUT_V_TRANSPOSED (unrotated), with its layout's strides: pitch 304 for
+  // 300 rows.
+  void out_v_transposed() {
+    options.layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+    options.hadamard = 0;
+    out.seq_stride = 1;
+    out.head_stride = 64 * 304;
+    out.batch_stride = 4 * 64 * 304;
+  }
+
   hopattn_tensor x{}, out{};
   float* scales = nullptr;
   hopattn_quantize_options options{};
@@ -143,6 +153,7 @@ TEST_F(QuantizeValidation, InitWritesTheDefaultsUpToStructSize) {
   EXPECT_EQ(filled.hadamard, 1);
   EXPECT_EQ(filled.seed, 0u);
   EXPECT_EQ(filled.backend, HOPATTN_BACKEND_AUTO);
+  EXPECT_EQ(filled.layout, HOPATTN_FP8_LAYOUT_ROWS);
   EXPECT_EQ(c_status(init_quantize_options(nullptr, sizeof filled)),
             HOPATTN_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(c_status(init_quantize_options(&filled, kQuantizeOptionsFirstSize - 1)),
@@ -168,6 +179,70 @@ TEST_F(QuantizeValidation, ReadsEnumFieldsAsIntegers) {
     expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
                     "out.dtype is " + std::to_string(dtype) + "; allowed: 0 (float32)");
   }
+}
+
+TEST_F(QuantizeValidation, LayoutIsRowsOrVTransposed) {
+  for (int layout : {2, -1}) {
+    SCOPED_TRACE(layout);
+    SetUp();
+    std::memcpy(&options.layout, &layout, sizeof layout);
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                    "options->layout is " + std::to_string(layout) +
+                        "; allowed: 0 (HOPATTN_FP8_LAYOUT_ROWS), 1 "
+                        "(HOPATTN_FP8_LAYOUT_V_TRANSPOSED)");
+  }
+  // A caller of the first hopattn.h with the struct: the field lies past its struct_size, unread.
+  SetUp();
+  const int garbage = 9;
+  std::memcpy(&options.layout, &garbage, sizeof garbage);
+  options.struct_size = kQuantizeOptionsFirstSize;
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.out_layout, Fp8Layout::kRows);
+}
+
+TEST_F(QuantizeValidation, VTransposedIsNeverRotated) {
+  out_v_transposed();
+  options.hadamard = 1;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "options->hadamard is 1 but options->layout is 1 "
+                  "(HOPATTN_FP8_LAYOUT_V_TRANSPOSED), V's layout, and V is never rotated: set "
+                  "hadamard = 0 (its default is 1)");
+}
+
+TEST_F(QuantizeValidation, VTransposedOutStatesItsLayoutsStrides) {
+  out_v_transposed();
+  ASSERT_EQ(validate(), HOPATTN_OK) << last_error();
+  EXPECT_EQ(call.problem.out_layout, Fp8Layout::kVTransposed);
+  EXPECT_FALSE(call.problem.hadamard);
+  const std::string layout =
+      ": in HOPATTN_FP8_LAYOUT_V_TRANSPOSED out has seq_stride 1, head_stride = head_dim * pitch "
+      "= 19456 and batch_stride = heads * head_stride = 77824, with pitch 304 (seqlen 300 "
+      "rounded up to a multiple of 16)";
+  SetUp();
+  options.layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+  options.hadamard = 0;  // out's strides those of rows
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "out.seq_stride is 256 but must be 1" + layout);
+  out_v_transposed();
+  out.head_stride = 64 * 300;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "out.head_stride is 19200 but must be 19456" + layout);
+  out_v_transposed();
+  out.batch_stride = 0;
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "out.batch_stride is 0 but must be 77824" + layout);
+}
+
+// The layout's extent, pad included: 2 x 4 x 64 x 304 = 155648 bytes (rows' rule on the same
+// strides would end out at 77824 + 3 x 19456 + 299 + 64 = 136555).
+TEST_F(QuantizeValidation, VTransposedOutExtentIsItsLayouts) {
+  out_v_transposed();
+  scales = reinterpret_cast<float*>(static_cast<char*>(out.data) + 140000);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "scales shares memory with out");
+  scales = reinterpret_cast<float*>(static_cast<char*>(out.data) + 155648);
+  EXPECT_EQ(validate(), HOPATTN_OK) << last_error();
+  out.data = reinterpret_cast<void*>(UINTPTR_MAX - 150000);
+  expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT,
+                  "out: its 155648 bytes from out.data run past the end of the address space");
 }
 
 TEST_F(QuantizeValidation, RejectsBlockRowsOfNoBlock) {

@@ -695,6 +695,40 @@ TEST_F(Validation, AcceptsOptionsFromANewerHeader) {
   EXPECT_EQ(call.problem.softmax_scale, 0.5f);
 }
 
+// A caller of the first hopattn.h with the struct (no fp8_v_layout): whatever lies past its
+// struct_size is not read, and v is in rows.
+TEST_F(Validation, OptionsOfTheFirstVersionReadNoLayout) {
+  const int garbage = 7;
+  std::memcpy(&options.fp8_v_layout, &garbage, sizeof garbage);
+  options.struct_size = kForwardOptionsFirstSize;
+  expect_accepted();
+}
+
+// The V-transposed layout is hopattn_forward_fp8's: every form of the forward refuses it.
+TEST_F(Validation, RefusesAnFp8VLayoutOtherThanRows) {
+  for (int layout : {int{HOPATTN_FP8_LAYOUT_V_TRANSPOSED}, 2, -1}) {
+    SCOPED_TRACE(layout);
+    SetUp();
+    varlen_call = false;
+    std::memcpy(&options.fp8_v_layout, &layout, sizeof layout);
+    const std::string message =
+        "options->fp8_v_layout is " + std::to_string(layout) +
+        "; hopattn_forward takes only 0 (HOPATTN_FP8_LAYOUT_ROWS, the default): the "
+        "V-transposed layout is for hopattn_forward_fp8's e4m3 v";
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, message);
+    clear_error();
+    EXPECT_EQ(validate_forward_workspace_query(&q, &k, &v, nullptr, &options, system(), call),
+              Status::kInvalidArgument);
+    EXPECT_EQ(last_error(), message);
+    as_varlen();
+    expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, message);
+    clear_error();
+    EXPECT_EQ(validate_forward_workspace_query(&q, &k, &v, &varlen, &options, system(), call),
+              Status::kInvalidArgument);
+    EXPECT_EQ(last_error(), message);
+  }
+}
+
 TEST_F(Validation, RejectsVarlenWithStructSizeZero) {
   as_varlen();
   varlen.struct_size = 0;

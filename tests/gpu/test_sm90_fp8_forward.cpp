@@ -20,6 +20,7 @@
 
 #include "api/problem_of.hpp"
 #include "core/dtype.hpp"
+#include "core/fp8_layout.hpp"
 #include "core/problem.hpp"
 #include "cpu/reference.hpp"
 #include "hopattn/hopattn.h"
@@ -150,6 +151,48 @@ struct QuantisedTensor {
   std::string error;
 };
 
+// A device copy of a QuantisedTensor's codes in HOPATTN_FP8_LAYOUT_V_TRANSPOSED: the pad rows
+// (seqlen up to the pitch) zero as the layout asks, then the positions from seqlen on, which the
+// kernel must never read (TMA fills them with zeros), e4m3 NaN.
+struct TransposedCodes {
+  hopattn_tensor desc{};
+  void* device = nullptr;
+
+  explicit TransposedCodes(const QuantisedTensor& x) {
+    const hopattn_tensor& t = x.desc;
+    const hopattn::VTransposedLayout layout = hopattn::VTransposedLayout::of(t.seqlen, t.heads, t.head_dim);
+    std::vector<uint8_t> codes(size_t(layout.elements(t.batch)), 0);
+    for (int64_t b = 0; b < t.batch; ++b) {
+      for (int64_t s = 0; s < t.seqlen; ++s) {
+        for (int64_t h = 0; h < t.heads; ++h) {
+          for (int64_t i = 0; i < t.head_dim; ++i) {
+            codes[size_t(layout.offset(b, s, h, i))] =
+                x.codes[size_t(b * t.batch_stride + s * t.seq_stride + h * t.head_stride + i)];
+          }
+        }
+      }
+    }
+    for (int64_t b = 0; b < t.batch; ++b) {
+      for (int64_t h = 0; h < t.heads; ++h) {
+        for (int64_t i = 0; i < t.head_dim; ++i) {
+          const int64_t column = layout.offset(b, 0, h, i);  // row 0 lies at position 0
+          for (int64_t p = t.seqlen; p < layout.pitch; ++p) codes[size_t(column + p)] = 0x7f;
+        }
+      }
+    }
+    if (cudaMalloc(&device, codes.size()) != cudaSuccess) {
+      device = nullptr;
+      return;
+    }
+    cudaMemcpy(device, codes.data(), codes.size(), cudaMemcpyHostToDevice);
+    desc = {device, HOPATTN_DTYPE_FLOAT8_E4M3, t.batch, t.seqlen, t.heads, t.head_dim, layout.batch_stride(), 1,
+            layout.head_stride()};
+  }
+  ~TransposedCodes() { cudaFree(device); }
+  TransposedCodes(const TransposedCodes&) = delete;
+  TransposedCodes& operator=(const TransposedCodes&) = delete;
+};
+
 hopattn_tensor dense_float32(std::vector<float>& data, const hopattn_tensor& like) {
   return {data.data(), HOPATTN_DTYPE_FLOAT32, like.batch, like.seqlen, like.heads, like.head_dim,
           like.seqlen * like.heads * like.head_dim, like.heads * like.head_dim, like.head_dim};
@@ -181,9 +224,10 @@ float to_float(hopattn_dtype dtype, uint16_t bits) {
                                          : hopattn::to_float(hopattn::float16{bits});
 }
 
-// Runs the SM90 FP8 forward; out and lse come back as the host copies of o and lse.
+// Runs the SM90 FP8 forward; out and lse come back as the host copies of o and lse. With
+// `v_transposed`, V is read from it (the same codes in HOPATTN_FP8_LAYOUT_V_TRANSPOSED).
 void run_fp8(const Fp8Case& c, const QuantisedTensor& q, const QuantisedTensor& k, const QuantisedTensor& v,
-             std::vector<uint16_t>& out, std::vector<float>& lse) {
+             std::vector<uint16_t>& out, std::vector<float>& lse, const TransposedCodes* v_transposed = nullptr) {
   const int64_t heads_q = c.heads_kv * c.group;
   out.assign(size_t(c.batch * c.seqlen_q * heads_q * c.head_dim), 0);
   lse.assign(size_t(c.batch * heads_q * c.seqlen_q), 0.f);
@@ -198,7 +242,9 @@ void run_fp8(const Fp8Case& c, const QuantisedTensor& q, const QuantisedTensor& 
   hopattn_forward_options options = hopattn_default_forward_options();
   options.causal = c.causal;
   options.backend = HOPATTN_BACKEND_SM90;
-  ASSERT_EQ(hopattn_forward_fp8(&q.desc, &q.scales, &k.desc, &k.scales, &v.desc, &v.scales, &o, lse_device, &options),
+  if (v_transposed != nullptr) options.fp8_v_layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+  const hopattn_tensor& v_desc = v_transposed != nullptr ? v_transposed->desc : v.desc;
+  ASSERT_EQ(hopattn_forward_fp8(&q.desc, &q.scales, &k.desc, &k.scales, &v_desc, &v.scales, &o, lse_device, &options),
             HOPATTN_OK)
       << hopattn_last_error();
   ASSERT_CUDA(cudaGetLastError());
@@ -255,6 +301,16 @@ TEST_P(Sm90Fp8Forward, MatchesFloat64ReferenceOfTheDequantisedInputs) {
   // 1.1e-3 at most), a key masked by mistake by far more.
   EXPECT_LT(rel, 0.06) << "rmse " << rmse << ", max abs error " << max_abs;
   EXPECT_LT(lse_max_error, 4e-3) << "relative error " << rel;
+
+  // V given transposed: the same products in the same order, so the same bits.
+  const TransposedCodes v_transposed(v);
+  ASSERT_NE(v_transposed.device, nullptr) << "cudaMalloc failed";
+  std::vector<uint16_t> out_vt;
+  std::vector<float> lse_vt;
+  run_fp8(c, q, k, v, out_vt, lse_vt, &v_transposed);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(std::memcmp(out_vt.data(), out.data(), out.size() * 2), 0) << "O differs with V transposed";
+  EXPECT_EQ(std::memcmp(lse_vt.data(), lse.data(), lse.size() * 4), 0) << "LSE differs with V transposed";
   std::printf("[ sm90 fp8 ] %-72s rel %.3e  rmse %.3e  lse max err %.3e\n", name_of(c).c_str(), rel, rmse,
               lse_max_error);
 }
@@ -439,6 +495,24 @@ TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
           std::vector<float> lse(cpu_lse.size());
           ASSERT_CUDA(cudaMemcpy(out.data(), o_device, out.size() * 2, cudaMemcpyDeviceToHost));
           ASSERT_CUDA(cudaMemcpy(lse.data(), lse_device, lse.size() * 4, cudaMemcpyDeviceToHost));
+          // V given transposed, whose key blocks start on its groups of 16 (the packings' sequences
+          // mostly do not): the same bits.
+          const TransposedCodes v_transposed(v);
+          ASSERT_NE(v_transposed.device, nullptr) << "cudaMalloc failed";
+          ASSERT_CUDA(cudaMemset(o_device, 0xff, cpu_out.size() * 2));
+          ASSERT_CUDA(cudaMemset(lse_device, 0xff, cpu_lse.size() * 4));
+          options.fp8_v_layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+          ASSERT_EQ(hopattn_forward_fp8_varlen(&q.desc, &q.scales, &k.desc, &k.scales, &v_transposed.desc, &v.scales, &o,
+                                               lse_device, &varlen, &options),
+                    HOPATTN_OK)
+              << hopattn_last_error();
+          ASSERT_CUDA(cudaDeviceSynchronize());
+          std::vector<uint16_t> out_vt(cpu_out.size());
+          std::vector<float> lse_vt(cpu_lse.size());
+          ASSERT_CUDA(cudaMemcpy(out_vt.data(), o_device, out.size() * 2, cudaMemcpyDeviceToHost));
+          ASSERT_CUDA(cudaMemcpy(lse_vt.data(), lse_device, lse.size() * 4, cudaMemcpyDeviceToHost));
+          EXPECT_EQ(std::memcmp(out_vt.data(), out.data(), out.size() * 2), 0) << "O differs with V transposed";
+          EXPECT_EQ(std::memcmp(lse_vt.data(), lse.data(), lse.size() * 4), 0) << "LSE differs with V transposed";
           cudaFree(o_device);
           cudaFree(lse_device);
 

@@ -273,6 +273,15 @@ std::string where(const QuantizeCase& c, const OutLayout& layout, size_t index) 
          ", head " + std::to_string(h) + ", i " + std::to_string(i) + (i < c.head_dim && row < c.seqlen ? ")" : ", outside the view)");
 }
 
+class Sm90QuantizeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!hopattn_backend_available(HOPATTN_BACKEND_SM90)) {
+      GTEST_SKIP() << "no Hopper (sm_90) GPU visible to this process; sm90 tests need one";
+    }
+  }
+};
+
 class Sm90Quantize : public ::testing::TestWithParam<QuantizeCase> {
  protected:
   void SetUp() override {
@@ -521,5 +530,75 @@ std::vector<QuantizeCase> quantize_matrix() {
 
 INSTANTIATE_TEST_SUITE_P(QuantizeMatrix, Sm90Quantize, ::testing::ValuesIn(quantize_matrix()),
                          [](const ::testing::TestParamInfo<QuantizeCase>& info) { return name_of(info.param); });
+
+// HOPATTN_FP8_LAYOUT_V_TRANSPOSED: the GPU against the CPU backend byte for byte, the whole
+// contiguous transposed tensor (its pad positions included) between guard bytes, poisoned twice;
+// seqlens below, at and past a group of 16, every scaling, odd and large head_dims.
+TEST_F(Sm90QuantizeTest, VTransposedMatchesTheCpuBackendBitForBit) {
+  const Stream owned_stream;
+  ASSERT_NE(owned_stream.stream, nullptr) << "cudaStreamCreateWithFlags failed";
+  cudaStream_t stream = owned_stream.stream;
+  int index = 0;
+  for (const hopattn_dtype dtype : {HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT32}) {
+    for (const int64_t head_dim : {1, 64, 80, 128, 256, 512}) {
+      for (const int64_t seqlen : {1, 17, 300, 1000}) {
+        QuantizeCase c;
+        c.dtype = dtype;
+        c.head_dim = head_dim;
+        c.hadamard = false;
+        c.seqlen = seqlen;
+        c.x_padding = index % 2 ? 8 : 0;
+        const hopattn_fp8_scaling scalings[] = {HOPATTN_FP8_SCALE_BLOCK, HOPATTN_FP8_SCALE_HEAD, HOPATTN_FP8_SCALE_TENSOR};
+        c.scaling = scalings[index % 3];
+        c.values = index % 2 ? Values::kSpecial : Values::kMixed;
+        ++index;
+        SCOPED_TRACE(name_of(c));
+        std::mt19937_64 rng(std::hash<std::string>{}(name_of(c)));
+        Input x;
+        make_input(c, rng, x);
+        ASSERT_NE(x.device, nullptr) << "cudaMalloc failed";
+        const int64_t pitch = (seqlen + 15) / 16 * 16;
+        const int64_t head_stride = head_dim * pitch, batch_stride = c.heads * head_stride;
+        const size_t view_bytes = size_t(c.batch * batch_stride), bytes = kGuardBytes + view_bytes + kGuardBytes;
+        const auto view = [&](uint8_t* buffer) {
+          return hopattn_tensor{buffer + kGuardBytes, HOPATTN_DTYPE_FLOAT8_E4M3, c.batch, seqlen, c.heads, head_dim,
+                                batch_stride, 1, head_stride};
+        };
+        const size_t scale_bytes = scale_count(c) * 4;
+        std::vector<uint8_t> cpu_out(bytes, kPoisons[0]);
+        std::vector<float> cpu_scales(scale_count(c));
+        hopattn_tensor cpu_view = view(cpu_out.data());
+        hopattn_quantize_options options = options_of(c, HOPATTN_BACKEND_CPU, nullptr);
+        options.layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+        ASSERT_EQ(hopattn_quantize_fp8(&x.host_view, &cpu_view, cpu_scales.data(), &options), HOPATTN_OK)
+            << hopattn_last_error();
+
+        const DeviceBuffer out_buffer(bytes), scales_buffer(scale_bytes);
+        ASSERT_TRUE(out_buffer.data && scales_buffer.data) << "cudaMalloc failed";
+        std::vector<uint8_t> gpu_out(bytes);
+        std::vector<float> gpu_scales(cpu_scales.size());
+        for (const uint8_t poison : kPoisons) {
+          ASSERT_CUDA(cudaMemsetAsync(out_buffer.data, poison, bytes, stream));
+          hopattn_tensor out_view = view(out_buffer.data);
+          options = options_of(c, HOPATTN_BACKEND_SM90, stream);
+          options.layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
+          ASSERT_EQ(hopattn_quantize_fp8(&x.device_view, &out_view, reinterpret_cast<float*>(scales_buffer.data), &options),
+                    HOPATTN_OK)
+              << hopattn_last_error();
+          ASSERT_CUDA(cudaMemcpyAsync(gpu_out.data(), out_buffer.data, bytes, cudaMemcpyDeviceToHost, stream));
+          ASSERT_CUDA(cudaMemcpyAsync(gpu_scales.data(), scales_buffer.data, scale_bytes, cudaMemcpyDeviceToHost, stream));
+          ASSERT_CUDA(cudaStreamSynchronize(stream));
+          for (size_t i = 0; i < bytes; ++i) {
+            const bool guard = i < kGuardBytes || i >= kGuardBytes + view_bytes;
+            const uint8_t expected = guard ? poison : cpu_out[i];
+            ASSERT_EQ(gpu_out[i], expected) << "byte " << i << (guard ? " (a guard byte)" : " of the view")
+                                            << ", poison 0x" << std::hex << int(poison);
+          }
+          ASSERT_EQ(std::memcmp(gpu_scales.data(), cpu_scales.data(), scale_bytes), 0) << "the scales differ";
+        }
+      }
+    }
+  }
+}
 
 }  // namespace

@@ -25,7 +25,8 @@ STRUCTS = {"hopattn_tensor": api.Tensor, "hopattn_forward_options": api.ForwardO
 ENUMS = {"hopattn_status": (api.Status, ("HOPATTN_ERROR_", "HOPATTN_")),
          "hopattn_dtype": (api.DType, ("HOPATTN_DTYPE_",)),
          "hopattn_backend": (api.Backend, ("HOPATTN_BACKEND_",)),
-         "hopattn_fp8_scaling": (api.Fp8Scaling, ("HOPATTN_FP8_SCALE_",))}
+         "hopattn_fp8_scaling": (api.Fp8Scaling, ("HOPATTN_FP8_SCALE_",)),
+         "hopattn_fp8_layout": (api.Fp8Layout, ("HOPATTN_FP8_LAYOUT_",))}
 
 
 def header_text():
@@ -113,6 +114,10 @@ def test_header_is_parsed():
                                       "HOPATTN_DTYPE_FLOAT16", "HOPATTN_DTYPE_FLOAT8_E4M3"]
     assert structs["hopattn_quantize_options"][:3] == ["struct_size", "scaling", "block_rows"]
     assert structs["hopattn_fp8_scales"] == ["data", "scaling", "block_rows"]
+    assert structs["hopattn_forward_options"][-1] == "fp8_v_layout"
+    assert structs["hopattn_quantize_options"][-1] == "layout"
+    assert enums["hopattn_fp8_layout"] == ["HOPATTN_FP8_LAYOUT_ROWS",
+                                           "HOPATTN_FP8_LAYOUT_V_TRANSPOSED"]
 
 
 def test_every_struct_and_enum_has_a_mirror():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hopattn
-from hopattn._ctypes_api import (Backend, DType, ForwardOptions, Status, Tensor, Varlen,
+from hopattn._ctypes_api import (Backend, DType, ForwardOptions, Fp8Layout, Status, Tensor, Varlen,
                                  default_forward_options, default_varlen)
 from hopattn._lib import library
 
@@ -220,7 +220,8 @@ def test_default_options_mirror_the_header():
     assert isinstance(options, ForwardOptions)
     assert options.struct_size == ctypes.sizeof(ForwardOptions)
     assert (options.causal, options.softmax_scale, options.backend, options.cuda_stream,
-            options.workspace, options.workspace_bytes) == (0, 0.0, Backend.AUTO, None, None, 0)
+            options.workspace, options.workspace_bytes, options.fp8_v_layout) == (
+                0, 0.0, Backend.AUTO, None, None, 0, Fp8Layout.ROWS)
 
 
 def test_default_varlen_mirrors_the_header():
@@ -231,16 +232,17 @@ def test_default_varlen_mirrors_the_header():
             varlen.max_seqlen_q, varlen.max_seqlen_k) == (0, None, None, None, 0, 0)
 
 
-# The first hopattn.h with struct_size already had every field the mirrors have, so any size
-# below the mirror's is below the first version's.
-@pytest.mark.parametrize("function, struct, argument", [
-    ("hopattn_init_forward_options", ForwardOptions, "options"),
-    ("hopattn_init_varlen", Varlen, "varlen"),
+# The first hopattn.h with struct_size: hopattn_forward_options up to workspace_bytes (it gained
+# fp8_v_layout later), hopattn_varlen whole.
+@pytest.mark.parametrize("function, struct, first_size, argument", [
+    ("hopattn_init_forward_options", ForwardOptions, ForwardOptions.fp8_v_layout.offset, "options"),
+    ("hopattn_init_varlen", Varlen, ctypes.sizeof(Varlen), "varlen"),
 ])
-def test_init_refuses_a_struct_size_below_the_first_version(function, struct, argument):
+def test_init_refuses_a_struct_size_below_the_first_version(function, struct, first_size,
+                                                            argument):
     init = getattr(library(), function)
     value = struct(struct_size=12345)
-    for size in (0, ctypes.sizeof(ctypes.c_size_t), ctypes.sizeof(struct) - 1):
+    for size in (0, ctypes.sizeof(ctypes.c_size_t), first_size - 1):
         assert init(ctypes.byref(value), size) == Status.INVALID_ARGUMENT
         assert f"struct_size is {size};" in library().hopattn_last_error().decode()
         assert value.struct_size == 12345, "a refused init writes nothing"

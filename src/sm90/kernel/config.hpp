@@ -13,10 +13,6 @@
 
 #include "sm90/kernel/register_split.hpp"
 
-#ifndef HOPATTN_EXP_VT_GLOBAL
-#define HOPATTN_EXP_VT_GLOBAL 0
-#endif
-
 namespace hopattn::sm90 {
 
 using namespace cute;
@@ -28,7 +24,10 @@ using KMajorAtom = conditional_t<(kRowElements * sizeof(Element)) % 128 == 0, GM
                                  conditional_t<(kRowElements * sizeof(Element)) % 64 == 0,
                                                GMMA::Layout_K_SW64_Atom<Element>, GMMA::Layout_K_SW32_Atom<Element>>>;
 
-template <class Element_, class ElementOut_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+// kVTransposedInput_ (FP8 only): V arrives in HOPATTN_FP8_LAYOUT_V_TRANSPOSED (core/fp8_layout.hpp)
+// rather than in rows.
+template <class Element_, class ElementOut_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_,
+          bool kVTransposedInput_ = false>
 struct ForwardConfig {
   using Element = Element_;        // Q, K, V
   using ElementOut = ElementOut_;  // O
@@ -40,17 +39,20 @@ struct ForwardConfig {
 
   // A WGMMA instruction covers 64 rows, so each consumer warpgroup owns 64 query rows; one more
   // warpgroup produces and gives most of its registers to the consumers: its first warp issues
-  // every TMA load, and for FP8 its other three transpose V. The split stays within the launch
-  // allocation (register_split.hpp): 24 + 2 x 240 or 32 + 3 x 160. FP8's transposing warps run
-  // best with 40, beside 2 x 232 or 3 x 152 (at 24 they spill their per-block state: 1-8% slower),
-  // unless the consumers' fragments (O, S and P: kFragmentRegisters) reach 200 registers, as
-  // head_dim 256's 128 x 128 tile does (208), whose key loop then needs 240.
+  // every TMA load, and for FP8 V in rows its other three transpose V. The split stays within the
+  // launch allocation (register_split.hpp): 24 + 2 x 240 or 32 + 3 x 160. FP8's transposing warps
+  // run best with 40, beside 2 x 232 or 3 x 152 (at 24 they spill their per-block state: 1-8%
+  // slower), unless the consumers' fragments (O, S and P: kFragmentRegisters) reach 200 registers,
+  // as head_dim 256's 128 x 128 tile does (208), whose key loop then needs 240.
   static constexpr int kNumConsumerWarpgroups = kBlockM / 64;
   static constexpr int kNumMmaThreads = kNumConsumerWarpgroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;
-  // FP8 with V^T given in global memory: TMA loads it straight into V^T's buffer, no transpose.
-  static constexpr bool kVtInGlobal = kFp8 && HOPATTN_EXP_VT_GLOBAL;
-  static constexpr bool kTransposeV = kFp8 && !kVtInGlobal;
+  // FP8 V in rows is transposed in shared memory by the producer warpgroup's other warps; V given
+  // transposed (in the key order of P's operand) is loaded by TMA straight into V^T's buffer, so
+  // those warps, their registers and their pipeline are not needed (2-13% faster: performance log).
+  static constexpr bool kVTransposedInput = kVTransposedInput_;
+  static_assert(kFp8 || !kVTransposedInput, "16-bit P V reads V as it is (MN-major)");
+  static constexpr bool kTransposeV = kFp8 && !kVTransposedInput;
   static constexpr int kNumTransposeThreads = kTransposeV ? 96 : 0;
   // Per consumer thread: O (64 x head_dim / 128 floats), S (64 x kBlockN / 128) and P (S in pairs
   // of 16-bit values, or quads of FP8).
@@ -102,15 +104,17 @@ struct ForwardConfig {
   using SmemLayoutKV = decltype(tile_to_shape(
       SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V^T, (head_dim, keys, stage), the B operand of P.V. 16-bit: the same bytes as V, viewed
-  // transposed. FP8: a buffer of its own, keys contiguous, which the transpose fills.
+  // transposed. FP8: keys contiguous, in a buffer of its own that the transpose fills, or (V given
+  // transposed) the buffer TMA loads V into.
   using SmemLayoutVt = conditional_t<
       kFp8,
       decltype(tile_to_shape(KMajorAtom<Element, kBlockN>{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
       decltype(composition(SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
                                                                Step<_2, _1, _3>{})))>;
-  // The epilogue stages O in the buffer P.V reads (V's for 16-bit, Vt's for FP8), not Q's: the
-  // next tile's Q and K (and FP8's raw V) then load while this tile's O is stored, and only what
-  // writes that buffer next waits for the store. Sized in Elements for either content.
+  // The epilogue stages O in the buffer P.V reads (V's, or V^T's where the kernel transposes V),
+  // not Q's: the next tile's Q and K (and V in rows, for the transpose) then load while this
+  // tile's O is stored, and only what writes that buffer next waits for the store. Sized in
+  // Elements for either content.
   static constexpr int kOutputBytes = cosize_v<SmemLayoutO> * int(sizeof(ElementOut));
   static constexpr int kPvOperandElements =
       cute::max(cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>, kOutputBytes / int(sizeof(Element)));

@@ -2,7 +2,7 @@
 // parameters (and, for the mainloop, the shared storage the epilogue reuses). Persistent: one CTA
 // per SM walks its share of the tiles. Warp-specialised: one producer warp (of a warpgroup that
 // gives most of its registers away) loads, kNumConsumerWarpgroups WGMMA warpgroups compute; for
-// FP8 inputs the producer warpgroup's other three warps transpose V between the two.
+// FP8 inputs with V in rows the producer warpgroup's other three warps transpose V between the two.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -78,7 +78,7 @@ struct ForwardKernel {
     pipeline_params.is_leader = threadIdx.x == 0;
     pipeline_params.num_consumers = Config::kNumMmaThreads;
     Pipeline k_pipeline(shared.k_pipeline, pipeline_params, Shape<_1, _1, _1>{});
-    // FP8: V's consumers are the transposing warps, and V^T's the consumer warpgroups.
+    // FP8 with V in rows: V's consumers are the transposing warps, and V^T's the consumer warpgroups.
     typename Pipeline::Params v_pipeline_params = pipeline_params;
     if constexpr (Config::kTransposeV) {
       v_pipeline_params.role = producer_warp == 0 ? Pipeline::ThreadCategory::Producer
@@ -138,7 +138,8 @@ struct ForwardKernel {
 
   struct NoPipeline {};
 
-  // FP8: the pipeline of V^T blocks, from the three transposing warps to the consumer warpgroups.
+  // FP8 with V in rows: the pipeline of V^T blocks, from the three transposing warps to the
+  // consumer warpgroups.
   __device__ static auto make_transpose_pipeline(typename Mainloop::SharedStorage& shared, int producer_warp) {
     if constexpr (Config::kTransposeV) {
       typename TransposePipeline::Params params;
@@ -153,7 +154,8 @@ struct ForwardKernel {
     }
   }
 
-  // The pipeline that hands the consumers P V's B operand: V's (16-bit), V^T's (FP8).
+  // The pipeline that hands the consumers P V's B operand: V^T's where the kernel transposes V,
+  // else V's (16-bit, and FP8 V given transposed).
   template <class VtPipeline>
   __device__ static auto& pv_operand_pipeline(Pipeline& v_pipeline, VtPipeline& vt_pipeline) {
     if constexpr (Config::kTransposeV) {
@@ -163,7 +165,7 @@ struct ForwardKernel {
     }
   }
 
-  // FP8, the transposing warps: the tiles the producer warp loads, in its order.
+  // FP8 with V in rows, the transposing warps: the tiles the producer warp loads, in its order.
   template <class VtPipeline, class Cursor>
   __device__ static void transpose_tiles(Params const& params, typename Mainloop::SharedStorage& shared,
                                          Pipeline& v_pipeline, VtPipeline& vt_pipeline, Cursor& cursor, int thread) {

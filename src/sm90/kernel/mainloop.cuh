@@ -14,6 +14,8 @@
 // FP8 (Config::kFp8): three more producer warps transpose each V block as it lands into V^T,
 // keys contiguous (FP8 WGMMA reads both operands K-major), and hand it to the consumers through a
 // second pipeline; the output store waits for those warps instead, and V's own loads never wait.
+// V given transposed (Config::kVTransposedInput) needs none of that: TMA loads it into V^T's
+// buffer as the 16-bit path loads V.
 // The consumers scale each score tile by its Q and K descales inside the softmax, round P to e4m3
 // in registers (no lane exchange: see accumulator_to_fp8_operand_a) and apply V's scale to O once.
 #pragma once
@@ -91,9 +93,13 @@ struct ForwardMainloop {
   using TmaQ = TmaLoad<Element, typename Config::SmemLayoutQ, Shape<Int<kBlockM>, Int<kHeadDim>>>;
   using TmaKV = TmaLoad<Element, decltype(take<0, 2>(typename Config::SmemLayoutKV{})),
                         Shape<Int<kBlockN>, Int<kHeadDim>>>;
+  // V given transposed: (head_dim, keys) tiles of a (head_dim, keys, heads, batch) view.
   using TmaVt = TmaLoad<Element, decltype(take<0, 2>(typename Config::SmemLayoutVt{})),
                         Shape<Int<kHeadDim>, Int<kBlockN>>>;
-  using TmaV = conditional_t<Config::kVtInGlobal, TmaVt, TmaKV>;
+  using TmaV = conditional_t<Config::kVTransposedInput, TmaVt, TmaKV>;
+  // Where TMA writes V: V^T's layout when V comes transposed.
+  using SmemLayoutVLoad =
+      conditional_t<Config::kVTransposedInput, typename Config::SmemLayoutVt, typename Config::SmemLayoutKV>;
 
   struct Fp8Descales {
     Fp8Scales q, k, v;
@@ -127,12 +133,13 @@ struct ForwardMainloop {
                                 tensor_batch};
     params.tma_load_q = TmaQ::make(static_cast<Element const*>(p.q), params.shape_q, p.q_stride);
     params.tma_load_k = TmaKV::make(static_cast<Element const*>(p.k), params.shape_kv, p.k_stride);
-    if constexpr (Config::kVtInGlobal) {
-      // EXPERIMENT: V's bytes read as V^T (head_dim, keys, heads, batch), keys contiguous.
-      const int64_t keys = p.seqlens.total_k;
-      params.shape_v = GmemShape{int32_t(p.head_dim), int32_t(keys), int32_t(p.heads_kv), tensor_batch};
-      const Strides vt_stride{int64_t(p.heads_kv) * p.head_dim * keys, keys, int64_t(p.head_dim) * keys};
-      params.tma_load_v = TmaV::make(static_cast<Element const*>(p.v), params.shape_v, vt_stride);
+    if constexpr (Config::kVTransposedInput) {
+      // (head_dim, keys, heads, batch) with the keys contiguous: a (head_dim, keys) tile is V^T's
+      // block as P V reads it. The keys end at total_k: TMA fills the positions past it with zeros.
+      const VTransposedLayout vt = VTransposedLayout::of(p.seqlens.total_k, p.heads_kv, p.head_dim);
+      params.shape_v = GmemShape{int32_t(p.head_dim), int32_t(p.seqlens.total_k), int32_t(p.heads_kv), tensor_batch};
+      params.tma_load_v = TmaV::make(static_cast<Element const*>(p.v), params.shape_v,
+                                     Strides{vt.batch_stride(), /*between head_dim rows=*/vt.pitch, vt.head_stride()});
     } else {
       params.shape_v = params.shape_kv;
       params.tma_load_v = TmaV::make(static_cast<Element const*>(p.v), params.shape_kv, p.v_stride);
@@ -146,8 +153,10 @@ struct ForwardMainloop {
       // Block K scales count packed rows, and a chunk must lie in one block: with variable
       // lengths a sequence may start anywhere, so its key blocks start on the chunk grid.
       const bool chunk_grid = p.seqlens.varlen() && p.k_scales.scaling == Fp8Scaling::kBlock;
+      // V given transposed permutes its keys within aligned groups, which key blocks must not split.
+      const int v_grid = Config::kVTransposedInput ? int(kVTransposedGroup) : 1;
       params.descales = {p.q_scales, p.k_scales, p.v_scales, cutlass::FastDivmod(rows_per_scale),
-                         chunk_grid ? kKScaleChunkKeys : 1};
+                         std::max(chunk_grid ? kKScaleChunkKeys : 1, v_grid)};
     }
     return params;
   }
@@ -179,8 +188,7 @@ struct ForwardMainloop {
                               Sequence const& seq, int key_block_end, int work_idx, bool leader) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKV{});
-    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()),
-                            conditional_t<Config::kVtInGlobal, typename Config::SmemLayoutVt, typename Config::SmemLayoutKV>{});
+    Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), SmemLayoutVLoad{});
     const int head_kv = tile.head / params.heads_per_kv_head;
     const int tensor_batch = int(seq.tensor_batch);
 
@@ -193,7 +201,7 @@ struct ForwardMainloop {
     Tensor mK = domain_offset(make_coord(key_base, _0{}),
                               params.tma_load_k.get_tma_tensor(params.shape_kv)(_, _, head_kv, tensor_batch));
     auto key_origin = [&] {
-      if constexpr (Config::kVtInGlobal) {
+      if constexpr (Config::kVTransposedInput) {
         return make_coord(_0{}, key_base);
       } else {
         return make_coord(key_base, _0{});
@@ -203,7 +211,7 @@ struct ForwardMainloop {
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(tile.m_block, _0{}));
     Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gV = [&] {
-      if constexpr (Config::kVtInGlobal) {
+      if constexpr (Config::kVTransposedInput) {
         return local_tile(mV, Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));
       } else {
         return local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
@@ -246,8 +254,8 @@ struct ForwardMainloop {
       shared.q_full.arrive_and_expect_tx(Config::kQTileBytes);
       copy(params.tma_load_q.with(reinterpret_cast<uint64_t&>(shared.q_full), 0), tQgQ, tQsQ);
     }
-    // 16-bit: V's buffer holds the previous tile's O until its store has read it (FP8: V^T's,
-    // which the transposing warps wait for instead).
+    // The buffer V is loaded into holds the previous tile's O until its store has read it (where
+    // the kernel transposes V, V^T's buffer does, which the transposing warps wait for instead).
     if constexpr (!Config::kTransposeV) shared.output_drained.wait((work_idx + 1) % 2);
     // V of a block is consumed one step after its K, so it is loaded one step later too.
     for (--n_block; n_block >= 0; --n_block) {
