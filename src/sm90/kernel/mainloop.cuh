@@ -134,10 +134,11 @@ struct ForwardMainloop {
     params.tma_load_q = TmaQ::make(static_cast<Element const*>(p.q), params.shape_q, p.q_stride);
     params.tma_load_k = TmaKV::make(static_cast<Element const*>(p.k), params.shape_kv, p.k_stride);
     if constexpr (Config::kVTransposedInput) {
-      // (head_dim, keys, heads, batch) with the keys contiguous: a (head_dim, keys) tile is V^T's
-      // block as P V reads it. The keys end at total_k: TMA fills the positions past it with zeros.
+      // (head_dim, positions, heads, batch) with the positions contiguous: a (head_dim, keys) tile
+      // is V^T's block as P V reads it. The positions run to the pitch, not to total_k: the last
+      // group's keys may lie past total_k, and its pad rows (finite, by the layout's rule) below.
       const VTransposedLayout vt = VTransposedLayout::of(p.seqlens.total_k, p.heads_kv, p.head_dim);
-      params.shape_v = GmemShape{int32_t(p.head_dim), int32_t(p.seqlens.total_k), int32_t(p.heads_kv), tensor_batch};
+      params.shape_v = GmemShape{int32_t(p.head_dim), int32_t(vt.pitch), int32_t(p.heads_kv), tensor_batch};
       params.tma_load_v = TmaV::make(static_cast<Element const*>(p.v), params.shape_v,
                                      Strides{vt.batch_stride(), /*between head_dim rows=*/vt.pitch, vt.head_stride()});
     } else {
