@@ -114,16 +114,10 @@ struct ForwardConfig {
   // The epilogue stages O in the buffer P.V reads (V's, or V^T's where the kernel transposes V),
   // not Q's: the next tile's Q and K (and V in rows, for the transpose) then load while this
   // tile's O is stored, and only what writes that buffer next waits for the store. Sized in
-  // Elements for either content. FP8 with V given transposed has no second V buffer, and in its
-  // room O gets a buffer of its own (kOwnOutputBuffer), so that no load waits for the store (V's
-  // first block of a tile waited behind the last tile's O: V transposed ran 0.95-0.97x V in rows at
-  // head_dim 256, 512-2k keys, before it).
-  static constexpr bool kOwnOutputBuffer = kVTransposedInput;
+  // Elements for either content.
   static constexpr int kOutputBytes = cosize_v<SmemLayoutO> * int(sizeof(ElementOut));
   static constexpr int kPvOperandElements =
-      kOwnOutputBuffer ? int(cosize_v<SmemLayoutVt>)
-                       : cute::max(cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>,
-                                   kOutputBytes / int(sizeof(Element)));
+      cute::max(cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>, kOutputBytes / int(sizeof(Element)));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;

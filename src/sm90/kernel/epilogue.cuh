@@ -62,7 +62,7 @@ struct ForwardEpilogue {
   }
 
   // Signals `output_drained` (kNumMmaThreads arrivals) once shared memory may be overwritten.
-  // `buffer`: Mainloop::output_buffer, free once every consumer's last P V has retired.
+  // `buffer`: the mainloop's P V operand buffer, free once every consumer's last P V has retired.
   template <class TensorO, class RowStats>
   __device__ static void store(Params const& params, void* buffer,
                                cutlass::arch::ClusterBarrier& output_drained, TileCoord const& tile,

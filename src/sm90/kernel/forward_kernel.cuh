@@ -20,7 +20,7 @@ namespace hopattn::sm90 {
 template <class Mainloop, class Epilogue, class Scheduler>
 struct ForwardKernel {
   using Config = typename Mainloop::Config;
-  // The epilogue stages O in the mainloop's shared memory (Mainloop::output_buffer) and owns none.
+  // The epilogue stages O in the mainloop's V buffer and owns no shared memory of its own.
   struct SharedStorage {
     typename Mainloop::SharedStorage mainloop;
     typename Scheduler::SharedStorage scheduler;
@@ -129,7 +129,7 @@ struct ForwardKernel {
         RowVector<kRows> lse;
         Mainloop::mma(params.mainloop, shared, k_pipeline, pv_operand_pipeline(v_pipeline, vt_pipeline), read_state,
                       work.coord, work.seq, work.mask, work.key_block_end, work_idx, thread_idx, output, lse);
-        Epilogue::store(params.epilogue, Mainloop::output_buffer(shared), shared.output_drained, work.coord,
+        Epilogue::store(params.epilogue, Mainloop::pv_operand_buffer(shared), shared.output_drained, work.coord,
                         work.seq, thread_idx, output, lse);
         ++work_idx;
       }

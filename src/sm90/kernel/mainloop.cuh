@@ -65,10 +65,6 @@ struct ForwardMainloop {
     alignas(1024) cute::array_aligned<Element, Config::kPvOperandElements, 1024> vt;
     typename TransposePipeline::SharedStorage pipeline;
   };
-  // FP8 with V given transposed: O's own buffer (Config::kOwnOutputBuffer).
-  struct OutputStorage {
-    alignas(1024) cute::array_aligned<typename Config::ElementOut, cosize_v<typename Config::SmemLayoutO>, 1024> o;
-  };
   struct NoStorage {};
   static constexpr int kVElements =
       Config::kTransposeV ? cosize_v<typename Config::SmemLayoutKV> : Config::kPvOperandElements;
@@ -78,29 +74,19 @@ struct ForwardMainloop {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutKV>, 1024> k;
     alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;  // and O, for 16-bit inputs
     conditional_t<Config::kTransposeV, TransposeStorage, NoStorage> transpose;
-    conditional_t<Config::kOwnOutputBuffer, OutputStorage, NoStorage> output;
     cutlass::arch::ClusterTransactionBarrier q_full;
-    // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer
-    // (with kOwnOutputBuffer nothing waits for it).
+    // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer.
     cutlass::arch::ClusterBarrier output_drained;
     typename Pipeline::SharedStorage k_pipeline;
     typename Pipeline::SharedStorage v_pipeline;
   };
 
-  // The buffer P V reads its B operand from.
+  // The buffer P V reads its B operand from, where the epilogue then stages O.
   __device__ static Element* pv_operand_buffer(SharedStorage& shared) {
     if constexpr (Config::kTransposeV) {
       return shared.transpose.vt.data();
     } else {
       return shared.v.data();
-    }
-  }
-  // Where the epilogue stages O: its own buffer, or the P V operand's after the last P V.
-  __device__ static void* output_buffer(SharedStorage& shared) {
-    if constexpr (Config::kOwnOutputBuffer) {
-      return shared.output.o.data();
-    } else {
-      return pv_operand_buffer(shared);
     }
   }
 
@@ -270,9 +256,8 @@ struct ForwardMainloop {
       copy(params.tma_load_q.with(reinterpret_cast<uint64_t&>(shared.q_full), 0), tQgQ, tQsQ);
     }
     // The buffer V is loaded into holds the previous tile's O until its store has read it (where
-    // the kernel transposes V, V^T's buffer does, which the transposing warps wait for instead;
-    // with O in a buffer of its own, none does).
-    if constexpr (!Config::kTransposeV && !Config::kOwnOutputBuffer) shared.output_drained.wait((work_idx + 1) % 2);
+    // the kernel transposes V, V^T's buffer does, which the transposing warps wait for instead).
+    if constexpr (!Config::kTransposeV) shared.output_drained.wait((work_idx + 1) % 2);
     // V of a block is consumed one step after its K, so it is loaded one step later too.
     for (--n_block; n_block >= 0; --n_block) {
       const PipelineState v_state = write_state;
