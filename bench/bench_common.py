@@ -180,7 +180,8 @@ def on_build_prepared(path, prepare):
 def with_variants(impls, variants, labels, name="hopattn", wrap=on_build):
     """(`impls` plus one copy of impls[name] per --variant, "name@VARIANT", each running on its own
     build of the library (`wrap`: on_build, or on_build_prepared); the names of those copies, which
-    `labels` now labels by name). Call it before any hopattn call: the loaded build then is the base one."""
+    `labels` now labels by name). `name` may be a tuple of names, each copied. Call it before any
+    hopattn call: the loaded build then is the base one."""
     if not variants:
         return impls, []
     from hopattn import _lib
@@ -195,7 +196,8 @@ def with_variants(impls, variants, labels, name="hopattn", wrap=on_build):
         if Path(path).samefile(base):
             raise SystemExit(f"--variant {variant!r} is the loaded library itself ({base}); set "
                              "HOPATTN_LIBRARY to the tree's own build")
-        result[f"{name}@{label}"] = wrap(str(Path(path).resolve()), impls[name])
+        for copied in (name,) if isinstance(name, str) else name:
+            result[f"{copied}@{label}"] = wrap(str(Path(path).resolve()), impls[copied])
     added = [key for key in result if key not in impls]
     labels.update({key: key for key in added})
     return result, added

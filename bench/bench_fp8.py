@@ -285,9 +285,12 @@ def main():
     add_sweep_arguments(parser, HEAD_DIMS, SEQLENS)
     add_run_arguments(parser, rep_ms=100.0)
     add_variant_argument(parser)
+    parser.add_argument("--variant-of", default="hopattn_fp8", metavar="NAME,...",
+                        help="the implementations each --variant runs (hopattn_fp8, hopattn_fp8_vt, "
+                             "hopattn_e2e, hopattn_quantize)")
     args = parser.parse_args()
     base_build = str(hopattn_library.find_library())  # before any call: the loaded build
-    impls, variants = with_variants(implementations(), args.variant, LABELS, name="hopattn_fp8")
+    impls, variants = with_variants(implementations(), args.variant, LABELS, name=tuple(args.variant_of.split(",")))
     prepare = on_build(base_build, quantised_inputs)
 
     fa3, fa3_info = load_fa3(args.fa3_path)
@@ -331,7 +334,9 @@ def main():
               f" {tf(r, 'hopattn_fp8_vt')} {tf(r, 'fa3_fp8')} {tf(r, 'cudnn_fp8')} |"
               f" {ratio(r, 'hopattn_over_best_fp8_peer')} {ratio(r, 'hopattn_fp8_vt_over_best_fp8_peer')} |"
               f" {tf(r, 'hopattn_bf16')} {tf(r, 'hopattn_e2e')} {quant}")
-    print_variant_ratios(rows, variants, "hopattn_fp8")
+    for variant in variants:  # each over the implementation it copies ("quantize" has times, not TFLOP/s)
+        base = variant.split("@")[0]
+        print_variant_ratios(rows, [variant], ROW_NAMES.get(base, base))
     for key, s in summary.items():
         if s:
             print(f"{key} over {s['n']} cases: min {s['min']:.3f}  median {s['median']:.3f}  max {s['max']:.3f}")

@@ -41,8 +41,12 @@ struct VTransposedLayout {
   HOPATTN_HOST_DEVICE int64_t head_stride() const { return head_dim * pitch; }
   HOPATTN_HOST_DEVICE int64_t batch_stride() const { return heads * head_stride(); }
   HOPATTN_HOST_DEVICE int64_t elements(int64_t batch) const { return batch * batch_stride(); }
+  // The first position of a head_dim column.
+  HOPATTN_HOST_DEVICE int64_t column_offset(int64_t b, int64_t head, int64_t d) const {
+    return b * batch_stride() + head * head_stride() + d * pitch;
+  }
   HOPATTN_HOST_DEVICE int64_t offset(int64_t b, int64_t row, int64_t head, int64_t d) const {
-    return b * batch_stride() + head * head_stride() + d * pitch + v_transposed_position(row);
+    return column_offset(b, head, d) + v_transposed_position(row);
   }
 };
 

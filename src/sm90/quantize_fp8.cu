@@ -613,26 +613,40 @@ Status run_dtype(const QuantizeProblem& problem, const Params& p, int vec) {
 }
 
 // HOPATTN_FP8_LAYOUT_V_TRANSPOSED from codes in rows (contiguous (batch, seqlen, heads, head_dim)):
-// a CTA per kTransposeRows rows of one (batch, head) stages them in shared memory with coalesced
-// reads, then writes each head_dim column's rows at their positions (a warp's 32 bytes fall in
-// two groups of 16), and zeros for the rows from seqlen up to the pitch.
+// a CTA per kTransposeRows rows of one (batch, head) reads them coalesced into shared memory,
+// each head_dim column's bytes already at their positions (kColumnBytes apart: 18 words, so the
+// byte writes of a warp's consecutive columns meet at most two to a bank), then writes each
+// column's positions 8 bytes at a time, zeros for the rows from seqlen up to the pitch.
 constexpr int kTransposeRows = 64;
+constexpr int kColumnBytes = 72;
 constexpr int kTransposeThreads = 256;
 
 __global__ void __launch_bounds__(kTransposeThreads) v_transpose_kernel(const uint8_t* rows, uint8_t* out,
                                                                         VTransposedLayout layout, int64_t seqlen) {
-  extern __shared__ uint8_t tile[];  // kTransposeRows x head_dim
+  extern __shared__ __align__(8) uint8_t columns[];  // head_dim x kColumnBytes
   const int64_t b = blockIdx.z, head = blockIdx.y, first_row = int64_t(blockIdx.x) * kTransposeRows;
   const int head_dim = int(layout.head_dim);
   for (int i = threadIdx.x; i < kTransposeRows * head_dim; i += kTransposeThreads) {
-    const int64_t row = first_row + i / head_dim;
-    tile[i] = row < seqlen ? rows[((b * seqlen + row) * layout.heads + head) * head_dim + i % head_dim] : 0;
+    const int r = i / head_dim, d = i % head_dim;
+    const int64_t row = first_row + r;
+    columns[d * kColumnBytes + v_transposed_position(r)] =
+        row < seqlen ? rows[((b * seqlen + row) * layout.heads + head) * head_dim + d] : 0;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kTransposeRows * head_dim; i += kTransposeThreads) {
-    const int r = i % kTransposeRows, d = i / kTransposeRows;
-    const int64_t row = first_row + r;
-    if (row < layout.pitch) out[layout.offset(b, row, head, d)] = tile[r * head_dim + d];
+  constexpr int kWords = kTransposeRows / 8;
+  // Pitch and positions are multiples of 8: 8-byte stores where out is 8-byte aligned.
+  const bool aligned = reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  for (int i = threadIdx.x; i < kWords * head_dim; i += kTransposeThreads) {
+    const int d = i / kWords, word = i % kWords;
+    const int64_t position = first_row + 8 * word;
+    if (position >= layout.pitch) continue;
+    uint8_t* destination = out + layout.column_offset(b, head, d) + position;
+    const uint8_t* source = columns + d * kColumnBytes + 8 * word;
+    if (aligned) {
+      *reinterpret_cast<uint2*>(destination) = *reinterpret_cast<const uint2*>(source);
+    } else {
+      for (int k = 0; k < 8; ++k) destination[k] = source[k];
+    }
   }
 }
 
@@ -655,7 +669,7 @@ Status quantize_v_transposed(const QuantizeProblem& problem) {
   if (status == Status::kOk) {
     const VTransposedLayout layout = VTransposedLayout::of(problem.seqlen, problem.heads, problem.head_dim);
     const dim3 grid(unsigned((layout.pitch - 1) / kTransposeRows + 1), unsigned(problem.heads), unsigned(problem.batch));
-    const size_t shared_bytes = size_t(kTransposeRows) * size_t(problem.head_dim);
+    const size_t shared_bytes = size_t(kColumnBytes) * size_t(problem.head_dim);
     v_transpose_kernel<<<grid, kTransposeThreads, shared_bytes, stream>>>(
         static_cast<const uint8_t*>(rows), static_cast<uint8_t*>(problem.out), layout, problem.seqlen);
     status = check_launch("the FP8 V transpose kernel");

@@ -559,9 +559,11 @@ TEST_F(Sm90QuantizeTest, VTransposedMatchesTheCpuBackendBitForBit) {
         ASSERT_NE(x.device, nullptr) << "cudaMalloc failed";
         const int64_t pitch = (seqlen + 15) / 16 * 16;
         const int64_t head_stride = head_dim * pitch, batch_stride = c.heads * head_stride;
-        const size_t view_bytes = size_t(c.batch * batch_stride), bytes = kGuardBytes + view_bytes + kGuardBytes;
+        // Every other view starts one byte off 8-byte alignment (the transpose's byte stores).
+        const size_t begin = kGuardBytes + size_t(index % 2), view_bytes = size_t(c.batch * batch_stride);
+        const size_t bytes = begin + view_bytes + kGuardBytes;
         const auto view = [&](uint8_t* buffer) {
-          return hopattn_tensor{buffer + kGuardBytes, HOPATTN_DTYPE_FLOAT8_E4M3, c.batch, seqlen, c.heads, head_dim,
+          return hopattn_tensor{buffer + begin, HOPATTN_DTYPE_FLOAT8_E4M3, c.batch, seqlen, c.heads, head_dim,
                                 batch_stride, 1, head_stride};
         };
         const size_t scale_bytes = scale_count(c) * 4;
@@ -589,7 +591,7 @@ TEST_F(Sm90QuantizeTest, VTransposedMatchesTheCpuBackendBitForBit) {
           ASSERT_CUDA(cudaMemcpyAsync(gpu_scales.data(), scales_buffer.data, scale_bytes, cudaMemcpyDeviceToHost, stream));
           ASSERT_CUDA(cudaStreamSynchronize(stream));
           for (size_t i = 0; i < bytes; ++i) {
-            const bool guard = i < kGuardBytes || i >= kGuardBytes + view_bytes;
+            const bool guard = i < begin || i >= begin + view_bytes;
             const uint8_t expected = guard ? poison : cpu_out[i];
             ASSERT_EQ(gpu_out[i], expected) << "byte " << i << (guard ? " (a guard byte)" : " of the view")
                                             << ", poison 0x" << std::hex << int(poison);
