@@ -3,7 +3,7 @@ definition): "rows", hopattn_tensor's contiguous (batch, seqlen, heads, head_dim
 "v_transposed", the layout in which the SM90 FP8 kernel reads V without transposing it: a
 contiguous (batch, heads, head_dim, pitch) buffer, pitch = seqlen rounded up to a multiple of 16,
 the rows of each aligned group of 16 permuted (row 8 i + 2 c + j at position 4 c + 2 i + j) and
-the positions past seqlen holding zero codes. The library reads both through the logical
+the pad rows (seqlen up to the pitch) holding zero codes. The library reads both through the logical
 (batch, seqlen, heads, head_dim) Tensor that codes_tensor() gives.
 """
 
