@@ -77,14 +77,14 @@ typedef struct hopattn_tensor {
  * The memory layout of an e4m3 tensor (hopattn_quantize_fp8's out, hopattn_forward_fp8's v).
  * HOPATTN_FP8_LAYOUT_ROWS is hopattn_tensor's. HOPATTN_FP8_LAYOUT_V_TRANSPOSED is the layout in
  * which the SM90 FP8 kernel reads V without transposing it (up to 14% faster than from rows):
- * each head_dim column of a (batch, head) stored contiguously along seqlen. Element (b, s, h, d) of a
- * (batch, seqlen, heads, head_dim) tensor lies at
+ * each head_dim column of a (batch, head) stored contiguously along seqlen. Element (b, s, h, d)
+ * of a (batch, seqlen, heads, head_dim) tensor lies at
  *   b * batch_stride + h * head_stride + d * pitch + 16 * (s / 16) + position(s % 16)
  * with pitch = seqlen rounded up to a multiple of 16, position(8 * i + 2 * c + j) = 4 * c + 2 * i
  * + j (i, j in {0, 1}, c in 0..3: the order of the kernel's P operand), head_stride = head_dim *
  * pitch, batch_stride = heads * head_stride and seq_stride = 1, which the hopattn_tensor must
  * state. The pad rows, seqlen up to the pitch, must hold finite codes (hopattn_quantize_fp8
- * writes 0): those whose positions fall below seqlen are read, with a weight of zero. For a
+ * writes 0): the kernel reads them, with a weight of zero. For a
  * variable-length batch (batch 1) seqlen is total_k and every position counts from the start of
  * the packed tensor.
  */
