@@ -344,7 +344,10 @@ HOPATTN_API hopattn_status hopattn_init_quantize_options(hopattn_quantize_option
  * the block is e4m3 NaN (0x7f): every element dequantises to NaN, none to a wrong finite value.
  * NULL options takes the defaults (block scales of 128 rows, rotation on, seed 0). Both
  * backends write the same codes and scales bit for bit; on the SM90 backend the call is
- * asynchronous on options->cuda_stream.
+ * asynchronous on options->cuda_stream. options->layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED writes
+ * out in that layout (hopattn_fp8_layout, above; its strides as stated there), the codes the same;
+ * on the SM90 backend through a stream-ordered buffer of the codes in rows (batch * seqlen * heads
+ * * head_dim bytes, cudaMallocAsync on the stream).
  */
 HOPATTN_API hopattn_status hopattn_quantize_fp8(const hopattn_tensor* x, hopattn_tensor* out,
                                                 float* scales,

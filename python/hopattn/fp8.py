@@ -103,7 +103,8 @@ def forward_fp8(q, q_scales, k, k_scales, v, v_scales, *, causal=False, scale=No
     v_layout: "rows" (the default), v of k's shape; or "v_transposed", v as
     quantize_fp8(layout="v_transposed") returns it: the contiguous (batch, heads_kv, head_dim,
     pitch) codes of k's seqlen, which the Hopper kernel reads up to 14% faster; the result is the same
-    bit for bit.
+    bit for bit, but for forward_fp8_varlen on CUDA with K scales per tensor or per head, whose key
+    blocks then start on groups of 16 keys (the same to rounding).
 
     Returns o, out_dtype of q's shape on q's device (contiguous), or (o, lse) with the float32
     lse (batch, heads_q, seqlen_q). Scales of NaN or +inf (quantize_fp8's marks of blocks that held

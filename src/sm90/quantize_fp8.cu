@@ -622,31 +622,37 @@ constexpr int kColumnBytes = 72;
 constexpr int kTransposeThreads = 256;
 
 __global__ void __launch_bounds__(kTransposeThreads) v_transpose_kernel(const uint8_t* rows, uint8_t* out,
-                                                                        VTransposedLayout layout, int64_t seqlen) {
+                                                                        VTransposedLayout layout, int64_t batch,
+                                                                        int64_t seqlen) {
   extern __shared__ __align__(8) uint8_t columns[];  // head_dim x kColumnBytes
-  const int64_t b = blockIdx.z, head = blockIdx.y, first_row = int64_t(blockIdx.x) * kTransposeRows;
+  const int64_t first_row = int64_t(blockIdx.x) * kTransposeRows;
   const int head_dim = int(layout.head_dim);
-  for (int i = threadIdx.x; i < kTransposeRows * head_dim; i += kTransposeThreads) {
-    const int r = i / head_dim, d = i % head_dim;
-    const int64_t row = first_row + r;
-    columns[d * kColumnBytes + v_transposed_position(r)] =
-        row < seqlen ? rows[((b * seqlen + row) * layout.heads + head) * head_dim + d] : 0;
-  }
-  __syncthreads();
   constexpr int kWords = kTransposeRows / 8;
   // Pitch and positions are multiples of 8: 8-byte stores where out is 8-byte aligned.
   const bool aligned = reinterpret_cast<uintptr_t>(out) % 8 == 0;
-  for (int i = threadIdx.x; i < kWords * head_dim; i += kTransposeThreads) {
-    const int d = i / kWords, word = i % kWords;
-    const int64_t position = first_row + 8 * word;
-    if (position >= layout.pitch) continue;
-    uint8_t* destination = out + layout.column_offset(b, head, d) + position;
-    const uint8_t* source = columns + d * kColumnBytes + 8 * word;
-    if (aligned) {
-      *reinterpret_cast<uint2*>(destination) = *reinterpret_cast<const uint2*>(source);
-    } else {
-      for (int k = 0; k < 8; ++k) destination[k] = source[k];
+  // (batch, head) pairs strided over grid.y, which holds 65535 at most.
+  for (int64_t pair = blockIdx.y; pair < batch * layout.heads; pair += gridDim.y) {
+    const int64_t b = pair / layout.heads, head = pair % layout.heads;
+    for (int i = threadIdx.x; i < kTransposeRows * head_dim; i += kTransposeThreads) {
+      const int r = i / head_dim, d = i % head_dim;
+      const int64_t row = first_row + r;
+      columns[d * kColumnBytes + v_transposed_position(r)] =
+          row < seqlen ? rows[((b * seqlen + row) * layout.heads + head) * head_dim + d] : 0;
     }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kWords * head_dim; i += kTransposeThreads) {
+      const int d = i / kWords, word = i % kWords;
+      const int64_t position = first_row + 8 * word;
+      if (position >= layout.pitch) continue;
+      uint8_t* destination = out + layout.column_offset(b, head, d) + position;
+      const uint8_t* source = columns + d * kColumnBytes + 8 * word;
+      if (aligned) {
+        *reinterpret_cast<uint2*>(destination) = *reinterpret_cast<const uint2*>(source);
+      } else {
+        for (int k = 0; k < 8; ++k) destination[k] = source[k];
+      }
+    }
+    __syncthreads();  // the next pair's rows overwrite the columns
   }
 }
 
@@ -668,10 +674,11 @@ Status quantize_v_transposed(const QuantizeProblem& problem) {
   Status status = quantize_rows(in_rows);
   if (status == Status::kOk) {
     const VTransposedLayout layout = VTransposedLayout::of(problem.seqlen, problem.heads, problem.head_dim);
-    const dim3 grid(unsigned((layout.pitch - 1) / kTransposeRows + 1), unsigned(problem.heads), unsigned(problem.batch));
+    const int64_t pairs = problem.batch * problem.heads;
+    const dim3 grid(unsigned((layout.pitch - 1) / kTransposeRows + 1), unsigned(std::min<int64_t>(pairs, 65535)));
     const size_t shared_bytes = size_t(kColumnBytes) * size_t(problem.head_dim);
     v_transpose_kernel<<<grid, kTransposeThreads, shared_bytes, stream>>>(
-        static_cast<const uint8_t*>(rows), static_cast<uint8_t*>(problem.out), layout, problem.seqlen);
+        static_cast<const uint8_t*>(rows), static_cast<uint8_t*>(problem.out), layout, problem.batch, problem.seqlen);
     status = check_launch("the FP8 V transpose kernel");
   }
   error = cudaFreeAsync(rows, stream);

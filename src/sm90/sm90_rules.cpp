@@ -182,6 +182,11 @@ Status check_forward_fp8_rules(const Fp8ForwardProblem& p) {
   if (p.v_layout == Fp8Layout::kVTransposed) {
     const VTransposedLayout vt = VTransposedLayout::of(s.total_k, p.heads_kv, p.head_dim);
     v_stride = {vt.batch_stride(), vt.pitch, vt.head_stride()};
+    // The kernel's TMA view counts positions up to the pitch in 32 bits.
+    if (Status status = check_below_2_to_31({{"v's pitch (k.seqlen rounded up to a multiple of 16)", vt.pitch}});
+        status != Status::kOk) {
+      return status;
+    }
   }
   if (Status status =
           check_tensors({{"q", p.q, p.q_stride, tensor_batch, s.total_q, p.heads_q, e4m3},

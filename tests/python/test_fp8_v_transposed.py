@@ -1,7 +1,8 @@
 """The "v_transposed" layout of e4m3 codes (hopattn_fp8_layout in include/hopattn/hopattn.h):
 quantize_fp8(layout="v_transposed") writes the rows codes permuted as the header defines it (a
 reference written from that formula, not from the library's code), pad positions zero;
-forward_fp8 and forward_fp8_varlen give the same o and lse bit for bit from V in either layout;
+forward_fp8 and forward_fp8_varlen give the same o and lse bit for bit from V in either layout
+(varlen with block K scales, whose key blocks start on the same grid in both layouts);
 the argument checks in Python's names. NumPy arrays and CPU tensors (the CPU backend) everywhere,
 CUDA tensors on a Hopper GPU (skipped elsewhere, saying why).
 """

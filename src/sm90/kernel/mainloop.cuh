@@ -163,7 +163,7 @@ struct ForwardMainloop {
   }
 
   // The keys before the sequence's first one that its key blocks start with (mask.cuh): FP8 with
-  // variable lengths and K block scales; 0 otherwise.
+  // variable lengths and K block scales or V given transposed; 0 otherwise.
   __device__ static int key_shift(Params const& params, Sequence const& seq) {
     if constexpr (kFp8) {
       return int(seq.k_begin) & (params.descales.key_alignment - 1);
