@@ -30,8 +30,8 @@ def quantize_fp8(x, scaling="block", block_rows=128, hadamard=True, seed=0, layo
     hopattn.forward_fp8 then reads with v_layout="v_transposed" (the SM90 kernel's faster V;
     hadamard must be False): codes of shape (batch, heads, head_dim, pitch), pitch = seqlen rounded
     up to a multiple of 16, each aligned group of 16 rows permuted (row 8 i + 2 c + j at position
-    4 c + 2 i + j, as include/hopattn/hopattn.h defines hopattn_fp8_layout), the positions past
-    seqlen zero codes.
+    4 c + 2 i + j, as include/hopattn/hopattn.h defines hopattn_fp8_layout), the pad rows (seqlen
+    up to the pitch) zero codes.
 
     Returns (codes, scales): codes, contiguous, the e4m3 values (NumPy: uint8 bit patterns;
     torch: torch.float8_e4m3fn on x's device); scales, float32 on x's device, of shape () for

@@ -212,8 +212,9 @@ HOPATTN_ALWAYS_INLINE void load_value_row(const ForwardProblem& p, const Fp8Inpu
     convert_row(v + row_offset(p.v_stride, b, row, head), dst, p.head_dim, factor);
     return;
   }
-  for (int64_t c = 0; c < p.head_dim; ++c)
-    dst[c] = input_value(v[fp8.v_transposed->offset(b, row, head, c)], factor);
+  const Input* column0 = v + fp8.v_transposed->offset(b, row, head, 0);
+  const int64_t pitch = fp8.v_transposed->pitch;
+  for (int64_t c = 0; c < p.head_dim; ++c) dst[c] = input_value(column0[c * pitch], factor);
 }
 
 // Keys [n0, n0 + keys) of the sequence's K into rows of `k` (zero rows up to `k_rows`), and of V

@@ -341,8 +341,22 @@ TEST(Fp8Forward, EqualsTheFloat32ForwardOfTheDequantisedInputsBitForBit) {
 // hopattn_forward_fp8_varlen: five packed sequences (one of no queries, one of no keys), scale
 // blocks of 64 packed rows that straddle the sequences, causal, GQA; the float32 varlen forward of
 // the dequantised packed inputs bit for bit, as at fixed lengths.
+// The varlen tests' batch: five packed sequences, one of no queries, one of no keys.
+const std::vector<int32_t> kPackedQ = {0, 0, 37, 237, 238, 328}, kPackedK = {0, 5, 69, 199, 199, 289};
+
+hopattn_varlen packed_varlen() {
+  hopattn_varlen varlen = hopattn_default_varlen();
+  varlen.batch = static_cast<int64_t>(kPackedQ.size()) - 1;
+  varlen.cu_seqlens_q = kPackedQ.data();
+  varlen.cu_seqlens_k = kPackedK.data();
+  varlen.max_seqlen_q = 200;
+  varlen.max_seqlen_k = 130;
+  return varlen;
+}
+
 TEST(Fp8Forward, VarlenEqualsTheFloat32VarlenForwardOfTheDequantisedInputsBitForBit) {
-  const std::vector<int32_t> cu_q = {0, 0, 37, 237, 238, 328}, cu_k = {0, 5, 69, 199, 199, 289};
+  const std::vector<int32_t>& cu_q = kPackedQ;
+  const std::vector<int32_t>& cu_k = kPackedK;
   Fp8Case c;
   c.seqlen_q = cu_q.back();
   c.seqlen_k = cu_k.back();
@@ -352,12 +366,7 @@ TEST(Fp8Forward, VarlenEqualsTheFloat32VarlenForwardOfTheDequantisedInputsBitFor
   c.q_scales = c.k_scales = {HOPATTN_FP8_SCALE_BLOCK, 64};
   std::mt19937_64 rng(test_seed());
   Fp8Tensors t(c, rng);
-  hopattn_varlen varlen = hopattn_default_varlen();
-  varlen.batch = static_cast<int64_t>(cu_q.size()) - 1;
-  varlen.cu_seqlens_q = cu_q.data();
-  varlen.cu_seqlens_k = cu_k.data();
-  varlen.max_seqlen_q = 200;
-  varlen.max_seqlen_k = 130;
+  hopattn_varlen varlen = packed_varlen();
   hopattn_forward_options options = hopattn_default_forward_options();
   options.backend = HOPATTN_BACKEND_CPU;
   options.causal = 1;
@@ -450,13 +459,12 @@ struct TransposedV {
 // the LSE are bit for bit those of V in rows; key counts that are no multiple of 16 (the pitch's
 // pad), block V scales, fixed and variable lengths, causal or not.
 TEST(Fp8Forward, VTransposedGivesTheResultsOfVInRowsBitForBit) {
-  const std::vector<int32_t> cu_q = {0, 0, 37, 237, 238, 328}, cu_k = {0, 5, 69, 199, 199, 289};
   for (const bool is_varlen : {false, true}) {
     for (const bool causal : {false, true}) {
       Fp8Case c;
       c.batch = is_varlen ? 1 : 2;
-      c.seqlen_q = is_varlen ? cu_q.back() : 150;
-      c.seqlen_k = is_varlen ? cu_k.back() : 97;
+      c.seqlen_q = is_varlen ? kPackedQ.back() : 150;
+      c.seqlen_k = is_varlen ? kPackedK.back() : 97;
       c.heads_q = 4;
       c.heads_kv = 2;
       c.causal = causal;
@@ -465,12 +473,7 @@ TEST(Fp8Forward, VTransposedGivesTheResultsOfVInRowsBitForBit) {
       std::mt19937_64 rng(test_seed());
       Fp8Tensors t(c, rng);
       const TransposedV transposed(t.v);
-      hopattn_varlen varlen = hopattn_default_varlen();
-      varlen.batch = static_cast<int64_t>(cu_q.size()) - 1;
-      varlen.cu_seqlens_q = cu_q.data();
-      varlen.cu_seqlens_k = cu_k.data();
-      varlen.max_seqlen_q = 200;
-      varlen.max_seqlen_k = 130;
+      const hopattn_varlen varlen = packed_varlen();
       hopattn_forward_options options = hopattn_default_forward_options();
       options.backend = HOPATTN_BACKEND_CPU;
       options.causal = causal;

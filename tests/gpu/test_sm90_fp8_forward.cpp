@@ -470,46 +470,44 @@ TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
           float* lse_device = nullptr;
           ASSERT_CUDA(cudaMalloc(&o_device, cpu_out.size() * 2));
           ASSERT_CUDA(cudaMalloc(reinterpret_cast<void**>(&lse_device), cpu_lse.size() * 4));
-          ASSERT_CUDA(cudaMemset(o_device, 0xff, cpu_out.size() * 2));  // NaN
-          ASSERT_CUDA(cudaMemset(lse_device, 0xff, cpu_lse.size() * 4));
           hopattn_tensor o = cpu_o;
           o.data = o_device;
           varlen.cu_seqlens_q = cu_device;
           varlen.cu_seqlens_k = cu_device + cu_q.size();
           varlen.seqused_k = seqused.empty() ? nullptr : cu_device + 2 * cu_q.size();
           options.backend = HOPATTN_BACKEND_SM90;
-          ASSERT_EQ(hopattn_forward_fp8_varlen(&q.desc, &q.scales, &k.desc, &k.scales, &v.desc, &v.scales, &o, lse_device,
-                                               &varlen, &options),
-                    HOPATTN_OK)
-              << hopattn_last_error();
-          ASSERT_CUDA(cudaDeviceSynchronize());
-          std::vector<uint16_t> out(cpu_out.size());
-          std::vector<float> lse(cpu_lse.size());
-          ASSERT_CUDA(cudaMemcpy(out.data(), o_device, out.size() * 2, cudaMemcpyDeviceToHost));
-          ASSERT_CUDA(cudaMemcpy(lse.data(), lse_device, lse.size() * 4, cudaMemcpyDeviceToHost));
+          // One SM90 run on V's codes in `layout`, into poisoned outputs, copied back.
+          const auto run_sm90 = [&](const hopattn_tensor& v_codes, hopattn_fp8_layout layout,
+                                    std::vector<uint16_t>& out, std::vector<float>& lse) {
+            ASSERT_CUDA(cudaMemset(o_device, 0xff, cpu_out.size() * 2));  // NaN
+            ASSERT_CUDA(cudaMemset(lse_device, 0xff, cpu_lse.size() * 4));
+            options.fp8_v_layout = layout;
+            ASSERT_EQ(hopattn_forward_fp8_varlen(&q.desc, &q.scales, &k.desc, &k.scales, &v_codes, &v.scales, &o,
+                                                 lse_device, &varlen, &options),
+                      HOPATTN_OK)
+                << hopattn_last_error();
+            ASSERT_CUDA(cudaDeviceSynchronize());
+            out.resize(cpu_out.size());
+            lse.resize(cpu_lse.size());
+            ASSERT_CUDA(cudaMemcpy(out.data(), o_device, out.size() * 2, cudaMemcpyDeviceToHost));
+            ASSERT_CUDA(cudaMemcpy(lse.data(), lse_device, lse.size() * 4, cudaMemcpyDeviceToHost));
+          };
+          std::vector<uint16_t> out, out_vt;
+          std::vector<float> lse, lse_vt;
+          run_sm90(v.desc, HOPATTN_FP8_LAYOUT_ROWS, out, lse);
           // V given transposed: its key blocks start on groups of 16 (the packings' sequences mostly
           // do not), so against the CPU as above; with K block scales the rows' blocks start on the
           // scale chunks too, the same grid, so the same bits as V in rows.
           const TransposedCodes v_transposed(v);
-          ASSERT_NE(v_transposed.device, nullptr) << "cudaMalloc failed";
-          ASSERT_CUDA(cudaMemset(o_device, 0xff, cpu_out.size() * 2));
-          ASSERT_CUDA(cudaMemset(lse_device, 0xff, cpu_lse.size() * 4));
-          options.fp8_v_layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
-          ASSERT_EQ(hopattn_forward_fp8_varlen(&q.desc, &q.scales, &k.desc, &k.scales, &v_transposed.desc, &v.scales, &o,
-                                               lse_device, &varlen, &options),
-                    HOPATTN_OK)
-              << hopattn_last_error();
-          ASSERT_CUDA(cudaDeviceSynchronize());
-          std::vector<uint16_t> out_vt(cpu_out.size());
-          std::vector<float> lse_vt(cpu_lse.size());
-          ASSERT_CUDA(cudaMemcpy(out_vt.data(), o_device, out.size() * 2, cudaMemcpyDeviceToHost));
-          ASSERT_CUDA(cudaMemcpy(lse_vt.data(), lse_device, lse.size() * 4, cudaMemcpyDeviceToHost));
+          const bool ran = !HasFatalFailure() && v_transposed.device != nullptr;
+          if (ran) run_sm90(v_transposed.desc, HOPATTN_FP8_LAYOUT_V_TRANSPOSED, out_vt, lse_vt);
+          cudaFree(o_device);
+          cudaFree(lse_device);
+          ASSERT_TRUE(ran && !HasFatalFailure()) << "an SM90 run failed (or cudaMalloc of V transposed)";
           if (k_blocks) {
             EXPECT_EQ(std::memcmp(out_vt.data(), out.data(), out.size() * 2), 0) << "O differs with V transposed";
             EXPECT_EQ(std::memcmp(lse_vt.data(), lse.data(), lse.size() * 4), 0) << "LSE differs with V transposed";
           }
-          cudaFree(o_device);
-          cudaFree(lse_device);
           // Both runs against the CPU backend.
           for (const auto* run : {&out, &out_vt}) {
             const std::vector<float>& run_lse = run == &out ? lse : lse_vt;

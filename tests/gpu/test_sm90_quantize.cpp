@@ -581,6 +581,7 @@ TEST_F(Sm90QuantizeTest, VTransposedMatchesTheCpuBackendBitForBit) {
         std::vector<float> gpu_scales(cpu_scales.size());
         for (const uint8_t poison : kPoisons) {
           ASSERT_CUDA(cudaMemsetAsync(out_buffer.data, poison, bytes, stream));
+          ASSERT_CUDA(cudaMemsetAsync(scales_buffer.data, kScalePoison, scale_bytes, stream));
           hopattn_tensor out_view = view(out_buffer.data);
           options = options_of(c, HOPATTN_BACKEND_SM90, stream);
           options.layout = HOPATTN_FP8_LAYOUT_V_TRANSPOSED;
