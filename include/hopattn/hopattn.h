@@ -65,6 +65,9 @@ typedef struct hopattn_tensor {
  * hopattn_quantize_options and hopattn_varlen start with struct_size, the
  * sizeof() the caller was compiled with. The library reads only the fields that fit in it and
  * gives later fields their defaults, so a caller built against an older header keeps working.
+ * Every field added to a struct has its default at all-zero bytes, and a library refuses
+ * (HOPATTN_ERROR_INVALID_ARGUMENT) a struct from a newer header with a nonzero byte past the
+ * fields it knows: a request it would otherwise ignore.
  * No growable struct crosses the library boundary by value, since a library newer than the
  * caller's header would write its bigger struct into the caller's smaller one:
  *   - from C and C++, hopattn_default_forward_options() and hopattn_default_varlen() below are
@@ -163,8 +166,9 @@ static inline hopattn_varlen hopattn_default_varlen(void) {
 
 /*
  * For callers that cannot call the inline functions above: write the defaults into the first
- * min(struct_size, sizeof(hopattn_forward_options)) bytes of *options, with options->struct_size =
- * struct_size, the sizeof of the caller's struct. Nothing past struct_size is written. NULL, or a
+ * struct_size bytes of *options (zero past the fields this library knows), with
+ * options->struct_size = struct_size, the sizeof of the caller's struct. Nothing past struct_size
+ * is written. NULL, or a
  * struct_size smaller than that of the first hopattn.h with the struct, is
  * HOPATTN_ERROR_INVALID_ARGUMENT and writes nothing.
  */

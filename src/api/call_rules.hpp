@@ -21,7 +21,9 @@ namespace hopattn {
 constexpr uintptr_t kWorkspaceAlignment = 256;
 
 // The caller's struct as this library knows it: the first struct_size bytes the caller wrote,
-// the defaults for fields added after its hopattn.h.
+// the defaults for fields added after its hopattn.h. A caller's hopattn.h newer than the library
+// may have fields past sizeof(Struct); their defaults are zero bytes (hopattn.h's rule), so any
+// other byte there asks for something this library would silently ignore, and is refused.
 template <class Struct>
 Status read_growable(const Struct& given, const Struct& defaults, size_t first_size,
                      const char* argument, const char* type, const char* default_function,
@@ -32,6 +34,16 @@ Status read_growable(const Struct& given, const Struct& defaults, size_t first_s
                    "): initialise the struct with ", default_function, "() or ", init_function,
                    "()");
   }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&given);
+  for (size_t byte = sizeof(Struct); byte < given.struct_size; ++byte) {
+    if (bytes[byte] != 0) {
+      return invalid(argument, "->struct_size is ", given.struct_size, " and byte ", byte,
+                     " is not zero: the caller's hopattn.h has fields that this library's ", type,
+                     " (", sizeof(Struct), " bytes) does not, and one of them is set; use a "
+                     "hopattn library at least as new as the header, or leave those fields at "
+                     "their defaults");
+    }
+  }
   out = defaults;
   std::memcpy(&out, &given,
               given.struct_size < sizeof(Struct) ? given.struct_size : sizeof(Struct));
@@ -39,7 +51,8 @@ Status read_growable(const Struct& given, const Struct& defaults, size_t first_s
   return Status::kOk;
 }
 
-// hopattn_init_*: the defaults in the caller's first struct_size bytes, and nothing past them.
+// hopattn_init_*: the defaults in the caller's first struct_size bytes, zero (the defaults of
+// fields from a newer hopattn.h) past the fields this library knows, and nothing past them.
 template <class Struct>
 Status init_growable(Struct* out, size_t struct_size, Struct defaults, size_t first_size,
                      const char* argument, const char* type) {
@@ -50,6 +63,9 @@ Status init_growable(Struct* out, size_t struct_size, Struct defaults, size_t fi
   }
   defaults.struct_size = struct_size;
   std::memcpy(out, &defaults, struct_size < sizeof(Struct) ? struct_size : sizeof(Struct));
+  if (struct_size > sizeof(Struct)) {
+    std::memset(reinterpret_cast<unsigned char*>(out) + sizeof(Struct), 0, struct_size - sizeof(Struct));
+  }
   return Status::kOk;
 }
 

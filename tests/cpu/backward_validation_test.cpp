@@ -346,7 +346,8 @@ TEST_F(BackwardValidation, GrowableOptions) {
   options.struct_size = kBackwardOptionsFirstSize - 1;
   expect_rejected(HOPATTN_ERROR_INVALID_ARGUMENT, "hopattn_default_backward_options() or "
                                                   "hopattn_init_backward_options()");
-  // From a newer header: a bigger struct whose unknown tail is ignored.
+  // From a newer header: a bigger struct whose unknown tail holds its defaults (zero) is read;
+  // one that sets a field this library does not know is refused.
   struct Newer {
     hopattn_backward_options known;
     int64_t added_later;
@@ -354,7 +355,6 @@ TEST_F(BackwardValidation, GrowableOptions) {
   newer.known = default_backward_options();
   newer.known.struct_size = sizeof newer;
   newer.known.causal = 1;
-  newer.added_later = 42;
   hopattn_tensor* x = tensors;
   clear_error();
   EXPECT_EQ(validate_backward(&x[0], &x[1], &x[2], &x[3], &x[4], lse, &x[5], &x[6], &x[7],
@@ -362,6 +362,14 @@ TEST_F(BackwardValidation, GrowableOptions) {
             Status::kOk)
       << last_error();
   EXPECT_TRUE(call.problem.causal);
+  newer.added_later = 42;
+  EXPECT_EQ(validate_backward(&x[0], &x[1], &x[2], &x[3], &x[4], lse, &x[5], &x[6], &x[7],
+                              &newer.known, system(), call),
+            Status::kInvalidArgument);
+  EXPECT_NE(std::string(last_error()).find("byte " + std::to_string(sizeof(hopattn_backward_options)) +
+                                           " is not zero"),
+            std::string::npos)
+      << last_error();
 }
 
 TEST_F(BackwardValidation, InitWritesTheDefaultsIntoTheCallersSizeOnly) {

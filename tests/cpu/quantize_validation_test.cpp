@@ -129,7 +129,8 @@ TEST_F(QuantizeValidation, RejectsStructSizesOfNoHeader) {
 }
 
 TEST_F(QuantizeValidation, ReadsOnlyStructSize) {
-  // A larger struct from a newer header: the known fields are read, the rest ignored.
+  // A larger struct from a newer header: the known fields are read, and the newer ones must hold
+  // their defaults (zero).
   struct Newer {
     hopattn_quantize_options known;
     int64_t later_field;
@@ -137,9 +138,16 @@ TEST_F(QuantizeValidation, ReadsOnlyStructSize) {
   newer.known = default_quantize_options();
   newer.known.struct_size = sizeof newer;
   newer.known.scaling = HOPATTN_FP8_SCALE_HEAD;
-  newer.later_field = -1;
   ASSERT_EQ(validate(&newer.known), HOPATTN_OK) << last_error();
   EXPECT_EQ(call.problem.scaling, Fp8Scaling::kHead);
+  newer.later_field = -1;
+  EXPECT_EQ(validate(&newer.known), HOPATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(last_error()).find("options->struct_size is " + std::to_string(sizeof newer) +
+                                           " and byte " +
+                                           std::to_string(sizeof(hopattn_quantize_options)) +
+                                           " is not zero"),
+            std::string::npos)
+      << last_error();
 }
 
 TEST_F(QuantizeValidation, InitWritesTheDefaultsUpToStructSize) {

@@ -679,13 +679,13 @@ TEST_F(Validation, RejectsOptionsWithStructSizeBelowTheFirstVersion) {
                   "options->struct_size is " + std::to_string(kForwardOptionsFirstSize - 1));
 }
 
-// A caller built against a newer hopattn.h: the fields this library knows are read, the rest
-// ignored.
-TEST_F(Validation, AcceptsOptionsFromANewerHeader) {
+// A caller built against a newer hopattn.h: the fields this library knows are read; the newer
+// ones must hold their defaults (zero), since this library cannot honour anything else.
+TEST_F(Validation, ReadsOptionsFromANewerHeaderWithItsFieldsAtTheirDefaults) {
   struct NewerOptions {
     hopattn_forward_options known;
     int64_t added_later;
-  } newer{default_forward_options(), 42};
+  } newer{default_forward_options(), 0};
   newer.known.struct_size = sizeof(NewerOptions);
   newer.known.causal = 1;
   newer.known.softmax_scale = 0.5f;
@@ -693,6 +693,33 @@ TEST_F(Validation, AcceptsOptionsFromANewerHeader) {
       << last_error();
   EXPECT_TRUE(call.problem.causal);
   EXPECT_EQ(call.problem.softmax_scale, 0.5f);
+
+  newer.added_later = int64_t{1} << 40;  // one byte set, the sixth of the field
+  clear_error();
+  EXPECT_EQ(validate_forward(&q, &k, &v, &o, lse, &newer.known, system(), call),
+            Status::kInvalidArgument);
+  EXPECT_EQ(last_error(), "options->struct_size is " + std::to_string(sizeof(NewerOptions)) +
+                              " and byte " + std::to_string(sizeof(hopattn_forward_options) + 5) +
+                              " is not zero: the caller's hopattn.h has fields that this library's "
+                              "hopattn_forward_options (" +
+                              std::to_string(sizeof(hopattn_forward_options)) +
+                              " bytes) does not, and one of them is set; use a hopattn library at "
+                              "least as new as the header, or leave those fields at their defaults");
+}
+
+// hopattn_init_forward_options from a newer header's caller: the fields this library does not
+// know get their default, zero, so that the struct it filled is one it accepts.
+TEST_F(Validation, InitZeroesTheFieldsOfANewerHeader) {
+  struct NewerOptions {
+    hopattn_forward_options known;
+    int64_t added_later;
+  } newer;
+  std::memset(&newer, 0xab, sizeof newer);
+  ASSERT_EQ(init_forward_options(&newer.known, sizeof newer), Status::kOk);
+  EXPECT_EQ(newer.known.struct_size, sizeof newer);
+  EXPECT_EQ(newer.added_later, 0);
+  EXPECT_EQ(validate_forward(&q, &k, &v, &o, lse, &newer.known, system(), call), Status::kOk)
+      << last_error();
 }
 
 // A caller of the first hopattn.h with the struct (no fp8_v_layout): whatever lies past its
