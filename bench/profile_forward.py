@@ -25,6 +25,8 @@ parser.add_argument("--head-dim", type=int, default=128)
 parser.add_argument("--seqlen", type=int, default=8192)
 parser.add_argument("--causal", action="store_true")
 parser.add_argument("--launches", type=int, default=3)
+parser.add_argument("--v-layout", choices=("v_transposed", "rows"), default="v_transposed",
+                    help="hopattn FP8: the layout V is quantised to (v_transposed: attention_fp8's)")
 parser.add_argument("--fa3-path", help="FA3's hopper/ directory (default: $HOPATTN_FA3_PATH)")
 args = parser.parse_args()
 batch, heads = 16384 // args.seqlen, 2048 // args.head_dim
@@ -40,8 +42,9 @@ if args.impl == "fa3":
 elif args.dtype == "e4m3":
     qc, qs = hopattn.quantize_fp8(q, scaling="block", block_rows=128, hadamard=True, seed=0)
     kc, ks = hopattn.quantize_fp8(k, scaling="block", block_rows=128, hadamard=True, seed=0)
-    vc, vs = hopattn.quantize_fp8(v, scaling="head", hadamard=False)
-    run = lambda: hopattn.forward_fp8(qc, qs, kc, ks, vc, vs, causal=args.causal)  # noqa: E731
+    vc, vs = hopattn.quantize_fp8(v, scaling="head", hadamard=False, layout=args.v_layout)
+    run = lambda: hopattn.forward_fp8(qc, qs, kc, ks, vc, vs, causal=args.causal,  # noqa: E731
+                                      v_layout=args.v_layout)
 else:
     run = lambda: hopattn.attention(q, k, v, causal=args.causal)  # noqa: E731
 for _ in range(args.launches):
