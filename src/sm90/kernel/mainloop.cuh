@@ -418,6 +418,7 @@ struct ForwardMainloop {
       }
     };
 
+    const Pingpong pingpong;
     const int unmasked_begin = mask.unmasked_key_block_begin();
     const int unmasked_end = mask.unmasked_key_block_end(tile.m_block);
     PipelineState& k_state = read_state;
@@ -459,12 +460,12 @@ struct ForwardMainloop {
       Tensor next_scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
       k_pipeline.consumer_wait(k_state);
       v_pipeline.consumer_wait(v_state);
-      Pingpong::wait_turn();
+      pingpong.wait_turn();
       warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), next_scores);
       Softmax::rescale_output(output, pending_rescale);
       Tensor tOrP = p_as_operand(p);
       warpgroup_gemm<false, false>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
-      Pingpong::pass_turn();
+      pingpong.pass_turn();
       warpgroup_wait<1>();  // S retired; P V may still run
       warpgroup_fence_operand(next_scores);
       k_pipeline.consumer_release(k_state);
@@ -519,10 +520,14 @@ struct ForwardMainloop {
     Pingpong::init();
   }
 
-  // The named-barrier turns of the pingpong schedule; no-ops when Config::kPingpong is off.
+  // The named-barrier turns of the pingpong schedule; no-ops when Config::kPingpong is off. The
+  // warpgroup's two barrier offsets are taken once per tile: canonical_warp_group_idx() is a
+  // shuffle, and in the key loop it cost a SHFL and the modulo's arithmetic per turn.
   struct Pingpong {
     static constexpr int kWarpgroups = Config::kNumConsumerWarpgroups;
     static constexpr uint32_t kThreads = 2 * 128;  // the warpgroup waiting plus the one passing
+    int own_turn = consumer_warpgroup();
+    int next_turn = (own_turn + 1) % kWarpgroups;
 
     __device__ static int consumer_warpgroup() { return cutlass::canonical_warp_group_idx() - 1; }
 
@@ -531,16 +536,11 @@ struct ForwardMainloop {
         if (consumer_warpgroup() == 0) barrier_arrive(kThreads, ForwardBarrier::kWarpgroupTurn, 0);
       }
     }
-    __device__ static void wait_turn() {
-      if constexpr (Config::kPingpong) {
-        barrier_sync(kThreads, ForwardBarrier::kWarpgroupTurn, consumer_warpgroup());
-      }
+    __device__ void wait_turn() const {
+      if constexpr (Config::kPingpong) barrier_sync(kThreads, ForwardBarrier::kWarpgroupTurn, own_turn);
     }
-    __device__ static void pass_turn() {
-      if constexpr (Config::kPingpong) {
-        const int next = (consumer_warpgroup() + 1) % kWarpgroups;
-        barrier_arrive(kThreads, ForwardBarrier::kWarpgroupTurn, next);
-      }
+    __device__ void pass_turn() const {
+      if constexpr (Config::kPingpong) barrier_arrive(kThreads, ForwardBarrier::kWarpgroupTurn, next_turn);
     }
   };
 };

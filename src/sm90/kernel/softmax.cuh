@@ -98,11 +98,14 @@ struct OnlineSoftmax {
       float block_max = -INFINITY;
       CUTE_UNROLL
       for (int j = 0; j < kScaleChunks; ++j) {
+        // Each chain starts at its first score, not at -inf: fmaxf(-inf, x) is not x for a NaN x,
+        // so ptxas keeps it (an FMNMX per chain, 24 of a 192-key FP8 step's). The max still skips
+        // NaN scores as fmaxf does: an all-NaN chunk's NaN max loses to block_max's -inf below.
         float chain_max[kChains];
         CUTE_UNROLL
-        for (int k = 0; k < kChains; ++k) chain_max[k] = -INFINITY;
+        for (int k = 0; k < kChains; ++k) chain_max[k] = s(r, j * kChunkColumns + k);
         CUTE_UNROLL
-        for (int c = 0; c < kChunkColumns; ++c) {
+        for (int c = kChains; c < kChunkColumns; ++c) {
           chain_max[c % kChains] = fmaxf(chain_max[c % kChains], s(r, j * kChunkColumns + c));
         }
         float chunk_max = chain_max[0];
