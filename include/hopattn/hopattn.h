@@ -168,8 +168,7 @@ static inline hopattn_varlen hopattn_default_varlen(void) {
  * For callers that cannot call the inline functions above: write the defaults into the first
  * struct_size bytes of *options (zero past the fields this library knows), with
  * options->struct_size = struct_size, the sizeof of the caller's struct. Nothing past struct_size
- * is written. NULL, or a
- * struct_size smaller than that of the first hopattn.h with the struct, is
+ * is written. NULL, or a struct_size smaller than that of the first hopattn.h with the struct, is
  * HOPATTN_ERROR_INVALID_ARGUMENT and writes nothing.
  */
 HOPATTN_API hopattn_status hopattn_init_forward_options(hopattn_forward_options* options,

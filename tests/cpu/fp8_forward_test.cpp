@@ -338,9 +338,6 @@ TEST(Fp8Forward, EqualsTheFloat32ForwardOfTheDequantisedInputsBitForBit) {
   EXPECT_EQ(std::memcmp(lse32.data(), t.lse.data(), lse32.size() * sizeof(float)), 0);
 }
 
-// hopattn_forward_fp8_varlen: five packed sequences (one of no queries, one of no keys), scale
-// blocks of 64 packed rows that straddle the sequences, causal, GQA; the float32 varlen forward of
-// the dequantised packed inputs bit for bit, as at fixed lengths.
 // The varlen tests' batch: five packed sequences, one of no queries, one of no keys.
 const std::vector<int32_t> kPackedQ = {0, 0, 37, 237, 238, 328}, kPackedK = {0, 5, 69, 199, 199, 289};
 
@@ -354,6 +351,9 @@ hopattn_varlen packed_varlen() {
   return varlen;
 }
 
+// hopattn_forward_fp8_varlen on packed_varlen(), scale blocks of 64 packed rows that straddle the
+// sequences, causal, GQA; the float32 varlen forward of the dequantised packed inputs bit for bit,
+// as at fixed lengths.
 TEST(Fp8Forward, VarlenEqualsTheFloat32VarlenForwardOfTheDequantisedInputsBitForBit) {
   const std::vector<int32_t>& cu_q = kPackedQ;
   const std::vector<int32_t>& cu_k = kPackedK;
