@@ -16,7 +16,7 @@ root=$PWD copy=/tmp/hopattn-variant-$name build=$PWD/.variants/$name
 rm -rf "$copy" && mkdir -p "$copy"
 # -m: the copied files carry the time of the copy, so that a later EDIT under the same NAME
 # recompiles whatever an earlier one touched.
-tar --exclude='./build*' --exclude=./.variants --exclude=./.peers --exclude=./.git --exclude=./.deps -cf - . |
+tar --exclude='./build*' --exclude=./.venv --exclude=./.variants --exclude=./.peers --exclude=./.git --exclude=./.deps -cf - . |
   tar -xmf - -C "$copy"
 [[ -d .deps ]] && ln -s "$root/.deps" "$copy/.deps"
 (cd "$copy" && eval "$edit") || { echo "build_variant.sh: the edit failed in $copy" >&2; exit 1; }
