@@ -130,8 +130,12 @@ struct ForwardConfig {
 
   // Pingpong: the consumer warpgroups take turns to issue their GEMMs (named barriers), so that one
   // warpgroup's softmax runs under the other's GEMMs. Past head_dim 128 the GEMMs are long enough
-  // to hide the softmax without it (FlashAttention-3 makes the same choice).
-  static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && kHeadDim <= 128;
+  // to hide the softmax without it (FlashAttention-3 makes the same choice). Nor for FP8, unlike
+  // FlashAttention-3: its warpgroups wait for their turns (Nsight Compute at head_dim 128: 3% of
+  // the key loop's stall samples on the turn's barrier, 10% once the loop was cut by 8%, which then
+  // ran slower), and without the turns it ran 1.00-1.04x at head_dim 128, 1.00-1.02x at 64
+  // (performance log, "No pingpong for FP8").
+  static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && kHeadDim <= 128 && !kFp8;
 };
 
 }  // namespace hopattn::sm90
