@@ -6,10 +6,10 @@
 //
 // Overlap, as in FlashAttention-3: inside a warpgroup, S of block n is issued together with P V of
 // block n + 1, so the softmax of block n runs while the tensor cores do P V; across warpgroups
-// (pingpong), the warpgroups take turns to issue, so one's softmax runs under the other's GEMMs;
-// across tiles, the next tile's K and Q load while this tile finishes (kQueryEmpty: with Q in
-// registers, Config::kQInRegisters, as soon as the first block has read Q), and only its V waits
-// for this tile's output store (output_drained).
+// (pingpong, 16-bit up to head_dim 128: Config::kPingpong), the warpgroups take turns to issue,
+// so one's softmax runs under the other's GEMMs; across tiles, the next tile's K and Q load while
+// this tile finishes (kQueryEmpty: with Q in registers, Config::kQInRegisters, as soon as the first
+// block has read Q), and only its V waits for this tile's output store (output_drained).
 //
 // FP8 (Config::kFp8): three more producer warps transpose each V block as it lands into V^T,
 // keys contiguous (FP8 WGMMA reads both operands K-major), and hand it to the consumers through a
