@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "core/error.hpp"
+#include "sm90/dispatch_common.hpp"
 
 namespace hopattn::sm90 {
 
@@ -81,6 +82,25 @@ Status check_device(std::initializer_list<DevicePointer> pointers, void* cuda_st
     if (Status status = check_pointer(p, device); status != Status::kOk) return status;
   }
   return check_stream(cuda_stream, device);
+}
+
+Status current_device_shape(DeviceShape& shape) {
+  constexpr int kMaxDevices = 64;
+  static DeviceShape cache[kMaxDevices];  // a device's shape never changes; a race rewrites the same values
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
+  if (device < kMaxDevices && cache[device].sm_count > 0) {
+    shape = cache[device];
+    return Status::kOk;
+  }
+  int sm_count = 0, l2_bytes = 0;
+  error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
+  if (error != cudaSuccess) return cuda_failure("cudaDeviceGetAttribute", error);
+  shape = {sm_count, l2_bytes};
+  if (device < kMaxDevices) cache[device] = shape;
+  return Status::kOk;
 }
 
 }  // namespace hopattn::sm90

@@ -15,25 +15,6 @@
 
 namespace hopattn::sm90 {
 
-Status current_device_shape(DeviceShape& shape) {
-  constexpr int kMaxDevices = 64;
-  static DeviceShape cache[kMaxDevices];  // a device's shape never changes; a race rewrites the same values
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
-  if (device < kMaxDevices && cache[device].sm_count > 0) {
-    shape = cache[device];
-    return Status::kOk;
-  }
-  int sm_count = 0, l2_bytes = 0;
-  error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
-  if (error != cudaSuccess) return cuda_failure("cudaDeviceGetAttribute", error);
-  shape = {sm_count, l2_bytes};
-  if (device < kMaxDevices) cache[device] = shape;
-  return Status::kOk;
-}
-
 bool built() { return true; }
 
 bool supports(DType dtype, int64_t head_dim) {

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/problem.hpp"
+#include "sm90/device_check.hpp"
 #include "sm90/dispatch_common.hpp"
 #include "sm90/kernel/config.hpp"
 #include "sm90/kernel/epilogue.cuh"
@@ -18,13 +19,6 @@
 #include "sm90/kernel/tile_size.hpp"
 
 namespace hopattn::sm90 {
-
-// The current device's SM count and L2 size, read once per device.
-struct DeviceShape {
-  int sm_count = 0;
-  int64_t l2_bytes = 0;
-};
-Status current_device_shape(DeviceShape& shape);
 
 // Equal tiles (fixed lengths, no mask) are dealt out statically. Tiles of unequal length are drawn
 // dynamically: causal ones, and those of variable-length batches, whose tiles see their own
@@ -51,8 +45,8 @@ Status launch_forward_kernel(Problem const& problem, DeviceShape const& device, 
   // either order keeps adjacent.
   const int64_t kv_bytes = 2 * problem.seqlens.seqlen_k * problem.head_dim *
                            int64_t(sizeof(typename Config::Element)) / problem.heads_per_kv_head();
-  const TileOrder order = TileOrder::make(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch),
-                                          kv_bytes, device.l2_bytes, kCausal);
+  const TileOrder order = TileOrder::make(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch), kv_bytes,
+                                          device.l2_bytes / 2, kCausal ? LongestBlock::kLast : LongestBlock::kNone);
   params.scheduler = Scheduler::to_params(order, workspace);
 
   cudaError_t error;

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/problem.hpp"
+#include "sm90/device_check.hpp"
 #include "sm90/dispatch_common.hpp"
 #include "sm90/kernel/backward/config.hpp"
 #include "sm90/kernel/backward/epilogue.cuh"
@@ -40,12 +41,21 @@ size_t backward_workspace_bytes(BackwardProblem const& problem) {
 }
 
 template <class Config, bool kCausal>
-Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace const& workspace, int64_t ctas,
+Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace const& workspace, int num_n_blocks,
                             cudaStream_t stream) {
   using Mainloop = BackwardMainloop<Config, kCausal>;
   using Epilogue = BackwardEpilogue<Config>;
   using Kernel = BackwardKernel<Mainloop, Epilogue>;
-  typename Kernel::Params params{Mainloop::to_params(problem, workspace), Epilogue::to_params(problem)};
+  DeviceShape device;
+  if (Status status = current_device_shape(device); status != Status::kOk) return status;
+  // What the key blocks of one (kv head, sequence) share: the query rows of its heads, Q and dO with
+  // their LSE and D, and their float32 dQ accumulator.
+  using Element = typename Config::Element;
+  const int64_t pair_bytes = problem.heads_per_kv_head() * problem.seqlens.seqlen_q *
+                             (problem.head_dim * int64_t(2 * sizeof(Element) + sizeof(float)) + 2 * int64_t(sizeof(float)));
+  const TileOrder order = TileOrder::make(num_n_blocks, int(problem.heads_kv), int(problem.seqlens.batch), pair_bytes,
+                                          device.l2_bytes * 2 / 3, kCausal ? LongestBlock::kFirst : LongestBlock::kNone);
+  typename Kernel::Params params{Mainloop::to_params(problem, workspace, order), Epilogue::to_params(problem)};
   if (!Mainloop::descriptors_encoded(params.mainloop)) {  // the backstop of tma.hpp's encoded()
     return set_error(Status::kInternal, "sm90 backward: the driver refused a TMA descriptor (cuTensorMapEncodeTiled) "
                                         "for arguments that passed validation; please report it with the shapes and strides");
@@ -54,7 +64,7 @@ Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace co
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            Kernel::kSharedMemoryBytes);
   if (error != cudaSuccess) return cuda_failure("backward cudaFuncSetAttribute", error);
-  kernel<<<dim3(unsigned(ctas)), Kernel::kNumThreads, Kernel::kSharedMemoryBytes, stream>>>(params);
+  kernel<<<dim3(unsigned(order.total_tiles)), Kernel::kNumThreads, Kernel::kSharedMemoryBytes, stream>>>(params);
   error = cudaGetLastError();
   return error == cudaSuccess ? Status::kOk : cuda_failure("backward kernel launch", error);
 }
@@ -90,8 +100,9 @@ Status launch_backward(BackwardProblem const& problem, void* workspace_memory) {
   if (error != cudaSuccess) return cuda_failure("backward preprocess launch", error);
 
   if (main_ctas > 0) {
-    const Status status = problem.causal ? launch_backward_main<Config, true>(problem, workspace, main_ctas, stream)
-                                         : launch_backward_main<Config, false>(problem, workspace, main_ctas, stream);
+    const int n_blocks = int(num_n_blocks);
+    const Status status = problem.causal ? launch_backward_main<Config, true>(problem, workspace, n_blocks, stream)
+                                         : launch_backward_main<Config, false>(problem, workspace, n_blocks, stream);
     if (status != Status::kOk) return status;
   }
 

@@ -1,6 +1,7 @@
-// The persistent grids' tile order (sm90/kernel/tile_order.hpp), on the CPU: every tile listed
-// once, causal sections of equal size within one pair and within half of L2, longest first inside
-// them, and equal tiles with the query block fastest.
+// The grids' tile order (sm90/kernel/tile_order.hpp), on the CPU: every tile listed once, causal
+// sections of equal size within one pair and within the caller's share of L2, longest first inside
+// them (the forward's last query blocks, the backward's first key blocks), and equal tiles with the
+// block fastest.
 #include "sm90/kernel/tile_order.hpp"
 
 #include <gtest/gtest.h>
@@ -15,52 +16,53 @@ namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kH200L2 = 60 * kMiB;
+constexpr int64_t kForwardSectionBytes = kH200L2 / 2;  // launch.cuh
 
 // The (batch, head) pair index of each tile, in list order.
 std::vector<int> pairs_in_order(TileOrder const& order) {
   std::vector<int> pairs;
   for (int tile = 0; tile < order.total_tiles; ++tile) {
-    const TileCoord c = order.coord(tile);
+    const PairBlock c = order.coord(tile);
     pairs.push_back(c.batch * order.heads + c.head);
   }
   return pairs;
 }
 
-// The sizes (in pairs) of the causal sections, read off the list: inside a section the query
-// block never rises, so a new section starts where it does.
+// The sizes (in pairs) of the forward's causal sections, read off the list: inside a section the
+// query block never rises, so a new section starts where it does.
 std::vector<int> section_sizes(TileOrder const& order) {
   std::vector<int> sizes;
   std::set<int> section;
-  int last_m = order.num_m_blocks;
+  int last_m = order.num_blocks;
   for (int tile = 0; tile < order.total_tiles; ++tile) {
-    const TileCoord c = order.coord(tile);
+    const PairBlock c = order.coord(tile);
     const int pair = c.batch * order.heads + c.head;
-    if (c.m_block > last_m) {  // back at the last query block: a new section
+    if (c.block > last_m) {  // back at the last query block: a new section
       sizes.push_back(int(section.size()));
       section.clear();
     }
     section.insert(pair);
-    last_m = c.m_block;
+    last_m = c.block;
   }
   sizes.push_back(int(section.size()));
   return sizes;
 }
 
 TEST(TileOrder, ListsEveryTileOnce) {
-  for (bool longest_first : {false, true}) {
+  for (LongestBlock longest : {LongestBlock::kNone, LongestBlock::kLast, LongestBlock::kFirst}) {
     for (int m_blocks : {1, 2, 7, 64}) {
       for (int heads : {1, 3, 16}) {
         for (int batch : {1, 2, 5}) {
           for (int64_t kv : {int64_t{0}, kMiB, 8 * kMiB, 100 * kMiB}) {
-            const TileOrder order = TileOrder::make(m_blocks, heads, batch, kv, kH200L2, longest_first);
+            const TileOrder order = TileOrder::make(m_blocks, heads, batch, kv, kForwardSectionBytes, longest);
             ASSERT_EQ(order.total_tiles, m_blocks * heads * batch);
             std::set<std::tuple<int, int, int>> seen;
             for (int tile = 0; tile < order.total_tiles; ++tile) {
-              const TileCoord c = order.coord(tile);
-              ASSERT_TRUE(c.m_block >= 0 && c.m_block < m_blocks && c.head >= 0 && c.head < heads &&
+              const PairBlock c = order.coord(tile);
+              ASSERT_TRUE(c.block >= 0 && c.block < m_blocks && c.head >= 0 && c.head < heads &&
                           c.batch >= 0 && c.batch < batch)
                   << "tile " << tile;
-              ASSERT_TRUE(seen.insert({c.m_block, c.head, c.batch}).second) << "tile " << tile << " twice";
+              ASSERT_TRUE(seen.insert({c.block, c.head, c.batch}).second) << "tile " << tile << " twice";
             }
           }
         }
@@ -69,11 +71,11 @@ TEST(TileOrder, ListsEveryTileOnce) {
   }
 }
 
-TEST(TileOrder, EqualTilesRunOnePairAtATimeQueryBlockFastest) {
-  const TileOrder order = TileOrder::make(4, 3, 2, 8 * kMiB, kH200L2, /*longest_first=*/false);
+TEST(TileOrder, EqualTilesRunOnePairAtATimeBlockFastest) {
+  const TileOrder order = TileOrder::make(4, 3, 2, 8 * kMiB, kForwardSectionBytes, LongestBlock::kNone);
   for (int tile = 0; tile < order.total_tiles; ++tile) {
-    const TileCoord c = order.coord(tile);
-    EXPECT_EQ(c.m_block, tile % 4) << tile;
+    const PairBlock c = order.coord(tile);
+    EXPECT_EQ(c.block, tile % 4) << tile;
     EXPECT_EQ(c.batch * 3 + c.head, tile / 4) << tile;
   }
 }
@@ -99,20 +101,35 @@ TEST(TileOrder, CausalSectionsAreEqualAndWithinHalfOfL2) {
       {3, 1, 100 * kMiB, {1, 1, 1}},  // one pair overflows half of L2 alone
   };
   for (const Case& c : cases) {
-    const TileOrder order = TileOrder::make(6, c.heads, c.batch, c.kv, kH200L2, /*longest_first=*/true);
+    const TileOrder order = TileOrder::make(6, c.heads, c.batch, c.kv, kForwardSectionBytes, LongestBlock::kLast);
     EXPECT_EQ(section_sizes(order), c.sizes) << c.heads << " x " << c.batch << " pairs, " << c.kv / kMiB << " MiB";
   }
 }
 
 TEST(TileOrder, CausalSectionsRunLongestFirstHeadFastest) {
-  const TileOrder order = TileOrder::make(3, 5, 1, 8 * kMiB, kH200L2, /*longest_first=*/true);  // sections 3 + 2
+  const TileOrder order = TileOrder::make(3, 5, 1, 8 * kMiB, kForwardSectionBytes, LongestBlock::kLast);  // 3 + 2
   const std::vector<std::tuple<int, int>> expected = {  // (m_block, pair)
       {2, 0}, {2, 1}, {2, 2}, {1, 0}, {1, 1}, {1, 2}, {0, 0}, {0, 1}, {0, 2},
       {2, 3}, {2, 4}, {1, 3}, {1, 4}, {0, 3}, {0, 4}};
   ASSERT_EQ(order.total_tiles, int(expected.size()));
   const std::vector<int> pairs = pairs_in_order(order);
   for (int tile = 0; tile < order.total_tiles; ++tile) {
-    EXPECT_EQ(order.coord(tile).m_block, std::get<0>(expected[tile])) << tile;
+    EXPECT_EQ(order.coord(tile).block, std::get<0>(expected[tile])) << tile;
+    EXPECT_EQ(pairs[tile], std::get<1>(expected[tile])) << tile;
+  }
+}
+
+// The backward's causal grid: the first key blocks are the longest, and every pair's key blocks
+// come in ascending order (its deterministic dQ accumulation waits on lower ones).
+TEST(TileOrder, BackwardCausalSectionsRunFirstBlocksFirstHeadFastest) {
+  const TileOrder order = TileOrder::make(3, 5, 1, 8 * kMiB, kForwardSectionBytes, LongestBlock::kFirst);  // 3 + 2
+  const std::vector<std::tuple<int, int>> expected = {  // (key block, pair)
+      {0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}, {2, 0}, {2, 1}, {2, 2},
+      {0, 3}, {0, 4}, {1, 3}, {1, 4}, {2, 3}, {2, 4}};
+  ASSERT_EQ(order.total_tiles, int(expected.size()));
+  const std::vector<int> pairs = pairs_in_order(order);
+  for (int tile = 0; tile < order.total_tiles; ++tile) {
+    EXPECT_EQ(order.coord(tile).block, std::get<0>(expected[tile])) << tile;
     EXPECT_EQ(pairs[tile], std::get<1>(expected[tile])) << tile;
   }
 }

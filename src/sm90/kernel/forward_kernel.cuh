@@ -49,7 +49,8 @@ struct ForwardKernel {
     int key_block_end;
 
     __device__ TileWork(Params const& params, int tile) {
-      coord = params.scheduler.order.coord(tile);
+      const PairBlock block = params.scheduler.order.coord(tile);
+      coord = {block.block, block.head, block.batch};
       seq = sequence_of(params.mainloop.seqlens, coord.batch);
       mask = {int(seq.seqlen_q), int(seq.seqlen_k), Mainloop::key_shift(params.mainloop, seq)};
       key_block_end = has_rows() ? mask.key_block_end(coord.m_block) : 0;

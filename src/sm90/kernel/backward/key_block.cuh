@@ -1,12 +1,14 @@
 // One backward CTA's work: a key block of one kv head of one sequence, the query blocks that see
 // it (core/causal_mask.hpp's geometry, read from the key side) and the mask of the scores inside
-// a boundary block. Every role computes the same KeyBlockWork from blockIdx alone.
+// a boundary block. Every role computes the same KeyBlockWork from blockIdx alone, through the
+// grid's tile order.
 #pragma once
 
 #include <cute/tensor.hpp>
 
 #include "core/causal_mask.hpp"
 #include "core/seqlen.hpp"
+#include "sm90/kernel/tile_order.hpp"
 #include "sm90/kernel/backward/workspace.hpp"
 #include "sm90/kernel/wgmma.hpp"
 
@@ -14,9 +16,11 @@ namespace hopattn::sm90 {
 
 using namespace cute;
 
-// blockIdx.x = n_block + num_n_blocks * (head_kv + heads_kv * batch): the key block is the fastest
-// index, so the CTAs of one (head, sequence) start in key-block order. The deterministic dQ
-// accumulation waits on lower key blocks only, which therefore have started before.
+// blockIdx.x indexes the tile order (tile_order.hpp) of (key block, kv head, sequence): without a
+// mask the key block is the fastest index; with the causal mask the first key blocks, which the
+// most query blocks see, of a section of pairs come first. Either way a pair's key blocks start in
+// order, and the deterministic dQ accumulation, which waits on lower key blocks only, waits on
+// CTAs that have started before.
 template <int kBlockM, int kBlockN, bool kCausal>
 struct KeyBlockWork {
   int n_block, head_kv, batch;
@@ -25,11 +29,11 @@ struct KeyBlockWork {
   int m_begin, m_end;  // query blocks [m_begin, m_end) see some key of this block
   int group;           // query heads per kv head: each is a further pass over the query blocks
 
-  __device__ KeyBlockWork(SeqlenLayout const& seqlens, int num_n_blocks, int heads_kv, int heads_per_kv_head) {
-    const int linear = int(blockIdx.x);
-    n_block = linear % num_n_blocks;
-    head_kv = linear / num_n_blocks % heads_kv;
-    batch = linear / num_n_blocks / heads_kv;
+  __device__ KeyBlockWork(SeqlenLayout const& seqlens, TileOrder const& order, int heads_per_kv_head) {
+    const PairBlock block = order.coord(int(blockIdx.x));
+    n_block = block.block;
+    head_kv = block.head;
+    batch = block.batch;
     group = heads_per_kv_head;
     seq = backward_sequence_of(seqlens, batch);
     key_rows = backward_key_rows(seqlens, seq, batch);

@@ -116,12 +116,13 @@ struct BackwardMainloop {
     typename TmaK::Copy tma_load_k;
     typename TmaV::Copy tma_load_v;
     SeqlenLayout seqlens;
-    int heads_kv, heads_per_kv_head, num_n_blocks;
+    int heads_per_kv_head;
+    TileOrder order;  // of the (key block, kv head, sequence) CTAs
     float scale_log2;
     BackwardWorkspace workspace;
   };
 
-  static Params to_params(BackwardProblem const& p, BackwardWorkspace const& workspace) {
+  static Params to_params(BackwardProblem const& p, BackwardWorkspace const& workspace, TileOrder const& order) {
     const int tensor_batch = p.seqlens.varlen() ? 1 : int(p.seqlens.batch);
     Params params;
     params.shape_q = GmemShape{int32_t(p.seqlens.total_q), int32_t(p.head_dim), int32_t(p.heads_q), tensor_batch};
@@ -131,16 +132,15 @@ struct BackwardMainloop {
     params.tma_load_k = TmaK::make(static_cast<Element const*>(p.k), params.shape_kv, p.k_stride);
     params.tma_load_v = TmaV::make(static_cast<Element const*>(p.v), params.shape_kv, p.v_stride);
     params.seqlens = p.seqlens;
-    params.heads_kv = int(p.heads_kv);
     params.heads_per_kv_head = int(p.heads_per_kv_head());
-    params.num_n_blocks = int(ceil_div(p.seqlens.seqlen_k, int64_t(kBlockN)));
+    params.order = order;
     params.scale_log2 = finite_scale_log2(p.softmax_scale);
     params.workspace = workspace;
     return params;
   }
 
   __device__ static Work work_of(Params const& params) {
-    return Work(params.seqlens, params.num_n_blocks, params.heads_kv, params.heads_per_kv_head);
+    return Work(params.seqlens, params.order, params.heads_per_kv_head);
   }
 
   // One thread, before the kernel's __syncthreads.
