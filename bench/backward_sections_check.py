@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Large causal backward calls whose grid (tile_order.hpp) has several sections, on a GPU: dq, dk, dv
 against a float32 math reference beside SDPA-FA2's, NaN, and the deterministic mode's bitwise repeat.
+Exits 1 if a gradient has a NaN, errs more than 1.05x SDPA-FA2's, or the deterministic mode does not
+repeat bitwise.
 HOPATTN_LIBRARY=... PYTHONPATH=python python3 bench/backward_sections_check.py
 """
 # The shapes: head_dim 128, 4k tokens, 2 x 16 pairs of 4 MiB of Q, dO and dQ each, make 4 sections
 # of 8 on the H200 (60 MiB of L2); the others 4-8 sections.
+import sys
+
 import torch, hopattn
 torch.manual_seed(0)
+failures = []
 def grads(fn, q, k, v, do):
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     o = fn(q, k, v)
@@ -28,5 +33,17 @@ for d, s, b, h in ((128, 4096, 2, 16), (64, 8192, 2, 32), (256, 4096, 2, 8), (12
     d1 = grads(lambda q, k, v: hopattn.attention(q, k, v, causal=True), q, k, v, do)
     d2 = grads(lambda q, k, v: hopattn.attention(q, k, v, causal=True), q, k, v, do)
     torch.use_deterministic_algorithms(False)
-    print(f"   deterministic: bitwise repeat {all(torch.equal(a, b_) for a, b_ in zip(d1, d2))}, "
+    repeat = all(torch.equal(a, b_) for a, b_ in zip(d1, d2))
+    print(f"   deterministic: bitwise repeat {repeat}, "
           f"rel {'/'.join(f'{rel(a, r):.3e}' for a, r in zip(d1, ref))}", flush=True)
+    case = f"d{d} s{s} b{b} h{h}"
+    if any(torch.isnan(g).any().item() for g in hop + d1):
+        failures.append(f"{case}: NaN")
+    for name, a, f, r in zip(("dq", "dk", "dv"), hop, fa2, ref):
+        if rel(a, r) > 1.05 * rel(f, r):
+            failures.append(f"{case}: {name} error {rel(a, r):.3e} over 1.05x SDPA-FA2's {rel(f, r):.3e}")
+    if not repeat:
+        failures.append(f"{case}: the deterministic mode did not repeat bitwise")
+for failure in failures:
+    print("FAIL", failure)
+sys.exit(1 if failures else 0)

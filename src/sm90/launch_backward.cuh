@@ -54,7 +54,7 @@ Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace co
   const int64_t pair_bytes = problem.heads_per_kv_head() * problem.seqlens.seqlen_q *
                              (problem.head_dim * int64_t(2 * sizeof(Element) + sizeof(float)) + 2 * int64_t(sizeof(float)));
   const TileOrder order = TileOrder::make(num_n_blocks, int(problem.heads_kv), int(problem.seqlens.batch), pair_bytes,
-                                          device.l2_bytes * 2 / 3, kCausal ? LongestBlock::kFirst : LongestBlock::kNone);
+                                          backward_section_bytes(device.l2_bytes), kCausal ? LongestBlock::kFirst : LongestBlock::kNone);
   typename Kernel::Params params{Mainloop::to_params(problem, workspace, order), Epilogue::to_params(problem)};
   if (!Mainloop::descriptors_encoded(params.mainloop)) {  // the backstop of tma.hpp's encoded()
     return set_error(Status::kInternal, "sm90 backward: the driver refused a TMA descriptor (cuTensorMapEncodeTiled) "

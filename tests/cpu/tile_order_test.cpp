@@ -16,7 +16,8 @@ namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kH200L2 = 60 * kMiB;
-constexpr int64_t kForwardSectionBytes = kH200L2 / 2;  // launch.cuh
+constexpr int64_t kForwardSectionBytes = forward_section_bytes(kH200L2);    // 30 MiB
+constexpr int64_t kBackwardSectionBytes = backward_section_bytes(kH200L2);  // 40 MiB
 
 // The (batch, head) pair index of each tile, in list order.
 std::vector<int> pairs_in_order(TileOrder const& order) {
@@ -26,6 +27,16 @@ std::vector<int> pairs_in_order(TileOrder const& order) {
     pairs.push_back(c.batch * order.heads + c.head);
   }
   return pairs;
+}
+
+// Checks the list against its expected (block, pair) entries.
+void expect_order(TileOrder const& order, std::vector<std::tuple<int, int>> const& expected) {
+  ASSERT_EQ(order.total_tiles, int(expected.size()));
+  const std::vector<int> pairs = pairs_in_order(order);
+  for (int tile = 0; tile < order.total_tiles; ++tile) {
+    EXPECT_EQ(order.coord(tile).block, std::get<0>(expected[tile])) << tile;
+    EXPECT_EQ(pairs[tile], std::get<1>(expected[tile])) << tile;
+  }
 }
 
 // The sizes (in pairs) of the forward's causal sections, read off the list: inside a section the
@@ -107,31 +118,19 @@ TEST(TileOrder, CausalSectionsAreEqualAndWithinHalfOfL2) {
 }
 
 TEST(TileOrder, CausalSectionsRunLongestFirstHeadFastest) {
-  const TileOrder order = TileOrder::make(3, 5, 1, 8 * kMiB, kForwardSectionBytes, LongestBlock::kLast);  // 3 + 2
-  const std::vector<std::tuple<int, int>> expected = {  // (m_block, pair)
-      {2, 0}, {2, 1}, {2, 2}, {1, 0}, {1, 1}, {1, 2}, {0, 0}, {0, 1}, {0, 2},
-      {2, 3}, {2, 4}, {1, 3}, {1, 4}, {0, 3}, {0, 4}};
-  ASSERT_EQ(order.total_tiles, int(expected.size()));
-  const std::vector<int> pairs = pairs_in_order(order);
-  for (int tile = 0; tile < order.total_tiles; ++tile) {
-    EXPECT_EQ(order.coord(tile).block, std::get<0>(expected[tile])) << tile;
-    EXPECT_EQ(pairs[tile], std::get<1>(expected[tile])) << tile;
-  }
+  // 8 MiB of K and V a pair: 3 pairs within 30 MiB, so sections of 3 and 2. (m_block, pair):
+  expect_order(TileOrder::make(3, 5, 1, 8 * kMiB, kForwardSectionBytes, LongestBlock::kLast),
+               {{2, 0}, {2, 1}, {2, 2}, {1, 0}, {1, 1}, {1, 2}, {0, 0}, {0, 1}, {0, 2},
+                {2, 3}, {2, 4}, {1, 3}, {1, 4}, {0, 3}, {0, 4}});
 }
 
 // The backward's causal grid: the first key blocks are the longest, and every pair's key blocks
 // come in ascending order (its deterministic dQ accumulation waits on lower ones).
 TEST(TileOrder, BackwardCausalSectionsRunFirstBlocksFirstHeadFastest) {
-  const TileOrder order = TileOrder::make(3, 5, 1, 8 * kMiB, kForwardSectionBytes, LongestBlock::kFirst);  // 3 + 2
-  const std::vector<std::tuple<int, int>> expected = {  // (key block, pair)
-      {0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}, {2, 0}, {2, 1}, {2, 2},
-      {0, 3}, {0, 4}, {1, 3}, {1, 4}, {2, 3}, {2, 4}};
-  ASSERT_EQ(order.total_tiles, int(expected.size()));
-  const std::vector<int> pairs = pairs_in_order(order);
-  for (int tile = 0; tile < order.total_tiles; ++tile) {
-    EXPECT_EQ(order.coord(tile).block, std::get<0>(expected[tile])) << tile;
-    EXPECT_EQ(pairs[tile], std::get<1>(expected[tile])) << tile;
-  }
+  // 12 MiB of Q, dO and dQ a pair: 3 pairs within 40 MiB, so sections of 3 and 2. (key block, pair):
+  expect_order(TileOrder::make(3, 5, 1, 12 * kMiB, kBackwardSectionBytes, LongestBlock::kFirst),
+               {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}, {2, 0}, {2, 1}, {2, 2},
+                {0, 3}, {0, 4}, {1, 3}, {1, 4}, {2, 3}, {2, 4}});
 }
 
 }  // namespace

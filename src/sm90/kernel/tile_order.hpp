@@ -47,6 +47,10 @@ struct TileCoord {
   int m_block, head, batch;
 };
 
+// The callers' shares of L2 for a causal section's shared streams (the reasons above).
+constexpr int64_t forward_section_bytes(int64_t l2_bytes) { return l2_bytes / 2; }
+constexpr int64_t backward_section_bytes(int64_t l2_bytes) { return l2_bytes * 2 / 3; }
+
 struct TileOrder {
   int num_blocks, heads, batch;
   // The first `wide_sections` sections hold section_pairs + 1 (batch, head) pairs, the others
