@@ -1,5 +1,7 @@
 #include "api/dispatch.hpp"
 
+#include <atomic>
+#include <cstring>
 #include <string>
 
 #include "api/abi.hpp"
@@ -31,21 +33,23 @@ std::string sm90_backward_supported_list() {
   return list.empty() ? "nothing" : list;
 }
 
-const SystemQueries& system_queries() {
-  static const SystemQueries queries{memory_space_of,
-                                     sm90::built,
-                                     sm90::device_available,
-                                     sm90::supports,
-                                     sm90::supported_list,
-                                     sm90::forward_workspace_size,
-                                     sm90::supports_backward,
-                                     sm90_backward_supported_list,
-                                     sm90::backward_workspace_size,
-                                     sm90::supports_fp8,
-                                     sm90::fp8_supported_list,
-                                     sm90::forward_fp8_workspace_size};
-  return queries;
-}
+// At namespace scope, built when the library loads: a function-local static's guard, held by a
+// thread that fork() does not copy, would hang the child's first call (std::function members
+// make the initialisation dynamic).
+const SystemQueries the_system_queries{memory_space_of,
+                                       sm90::built,
+                                       sm90::device_available,
+                                       sm90::supports,
+                                       sm90::supported_list,
+                                       sm90::forward_workspace_size,
+                                       sm90::supports_backward,
+                                       sm90_backward_supported_list,
+                                       sm90::backward_workspace_size,
+                                       sm90::supports_fp8,
+                                       sm90::fp8_supported_list,
+                                       sm90::forward_fp8_workspace_size};
+
+const SystemQueries& system_queries() { return the_system_queries; }
 
 std::string sm90_info() {
   if (!sm90::built()) return "sm90: not built";
@@ -225,10 +229,20 @@ bool backend_supports(int backend, int dtype, int64_t head_dim) {
 }
 
 const char* build_info() {
-  static const std::string info = "cpu: float32/bfloat16/float16, head_dim 1-" +
-                                  std::to_string(cpu::kMaxHeadDim) + ", causal, GQA, varlen, backward, FP8 quantisation and forward; " +
-                                  std::to_string(cpu::worker_count()) + " threads\n" + sm90_info();
-  return info.c_str();
+  // Built once and kept for the process's life, without a function-local static's guard: a child
+  // forked while another thread held that guard would wait on it for ever. Threads that race
+  // here each build the text; the first to publish it wins and the others free theirs.
+  static std::atomic<const char*> published{nullptr};
+  if (const char* info = published.load(std::memory_order_acquire)) return info;
+  const std::string text = "cpu: float32/bfloat16/float16, head_dim 1-" + std::to_string(cpu::kMaxHeadDim) +
+                           ", causal, GQA, varlen, backward, FP8 quantisation and forward; " +
+                           std::to_string(cpu::worker_count()) + " threads\n" + sm90_info();
+  char* built = new char[text.size() + 1];
+  std::memcpy(built, text.c_str(), text.size() + 1);
+  const char* expected = nullptr;
+  if (published.compare_exchange_strong(expected, built, std::memory_order_acq_rel)) return built;
+  delete[] built;
+  return expected;
 }
 
 }  // namespace hopattn

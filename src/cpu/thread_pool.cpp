@@ -16,46 +16,63 @@ int thread_count_from(const char* env, unsigned hardware_threads) {
 }
 
 namespace {
-ThreadPool* the_pool = nullptr;  // set once by instance(); read by the fork handlers
+// Created on the first instance() call, never freed: exit handlers must not destroy a pool whose
+// workers may be gone. Not a function-local static: a child forked while another thread ran
+// that static's initialiser would wait on its guard for ever (the initialising thread is not
+// copied). creation_mutex instead is held across fork() by the prepare handler, so a child
+// inherits either no pool or a whole one, and the mutex unlocked.
+std::atomic<ThreadPool*> the_pool{nullptr};
+std::mutex creation_mutex;
 }  // namespace
 
+// Registered when the library is loaded, before any thread can be creating the pool.
+const int ThreadPool::fork_handlers_registered_ = pthread_atfork(
+    &ThreadPool::before_fork, &ThreadPool::after_fork_in_parent, &ThreadPool::after_fork_in_child);
+
 ThreadPool& ThreadPool::instance() {
-  // Allocated and never freed: exit handlers must not destroy a pool whose workers may be gone.
-  static ThreadPool* const pool = [] {
-    auto* created = new ThreadPool(
+  if (ThreadPool* pool = the_pool.load(std::memory_order_acquire)) return *pool;
+  std::lock_guard<std::mutex> creation(creation_mutex);
+  ThreadPool* pool = the_pool.load(std::memory_order_relaxed);
+  if (pool == nullptr) {
+    pool = new ThreadPool(
         thread_count_from(std::getenv("HOPATTN_NUM_THREADS"), std::thread::hardware_concurrency()));
-    the_pool = created;
-    pthread_atfork(&ThreadPool::before_fork, &ThreadPool::after_fork_in_parent,
-                   &ThreadPool::after_fork_in_child);
-    return created;
-  }();
+    the_pool.store(pool, std::memory_order_release);
+  }
   return *pool;
 }
 
 ThreadPool::ThreadPool(int thread_count) : thread_count_(thread_count) {}
 
 void ThreadPool::before_fork() {
-  // Waits for a parallel_for in flight to end; afterwards every worker is idle in job_ready_.
-  the_pool->job_mutex_.lock();
-  the_pool->mutex_.lock();
+  creation_mutex.lock();  // waits for a pool being created; none starts until after fork()
+  if (ThreadPool* pool = the_pool.load(std::memory_order_relaxed)) {
+    // Waits for a parallel_for in flight to end; afterwards every worker is idle in job_ready_.
+    pool->job_mutex_.lock();
+    pool->mutex_.lock();
+  }
 }
 
 void ThreadPool::after_fork_in_parent() {
-  the_pool->mutex_.unlock();
-  the_pool->job_mutex_.unlock();
+  if (ThreadPool* pool = the_pool.load(std::memory_order_relaxed)) {
+    pool->mutex_.unlock();
+    pool->job_mutex_.unlock();
+  }
+  creation_mutex.unlock();
 }
 
 void ThreadPool::after_fork_in_child() {
-  ThreadPool& pool = *the_pool;
-  // The workers were not copied. Their condition variable still counts them as waiters, so it
-  // is replaced, not destroyed (destroying it would wait for them); job_done_ likewise.
-  pool.workers_.clear();
-  pool.workers_busy_ = 0;
-  new (&pool.job_ready_) std::condition_variable();
-  new (&pool.job_done_) std::condition_variable();
-  // The locks were taken by before_fork on this (the forking, now the only) thread.
-  pool.mutex_.unlock();
-  pool.job_mutex_.unlock();
+  if (ThreadPool* pool = the_pool.load(std::memory_order_relaxed)) {
+    // The workers were not copied. Their condition variable still counts them as waiters, so it
+    // is replaced, not destroyed (destroying it would wait for them); job_done_ likewise.
+    pool->workers_.clear();
+    pool->workers_busy_ = 0;
+    new (&pool->job_ready_) std::condition_variable();
+    new (&pool->job_done_) std::condition_variable();
+    // The locks were taken by before_fork on this (the forking, now the only) thread.
+    pool->mutex_.unlock();
+    pool->job_mutex_.unlock();
+  }
+  creation_mutex.unlock();
 }
 
 int ThreadPool::started_workers() {

@@ -5,8 +5,9 @@
 // do not exist there. The pool is therefore (1) never destroyed, so exit() never joins workers
 // or destroys condition variables that threads of the parent were waiting on, and (2) reset by
 // a pthread_atfork child handler to a pool without workers, which parallel_for starts again
-// when it next needs them. The prepare handler holds the pool's locks across fork(), so the
-// child never inherits a job half-published or a mutex held by a thread it does not have.
+// when it next needs them. The prepare handler holds the pool's creation lock and its job locks
+// across fork(), so the child never inherits a pool half-created, a job half-published or a
+// mutex held by a thread it does not have.
 #pragma once
 
 #include <pthread.h>
@@ -58,6 +59,7 @@ class ThreadPool {
   static void before_fork();
   static void after_fork_in_parent();
   static void after_fork_in_child();
+  static const int fork_handlers_registered_;  // pthread_atfork's result, at library load
 
   const int thread_count_;
   std::mutex job_mutex_;  // one parallel_for at a time; also held across fork()

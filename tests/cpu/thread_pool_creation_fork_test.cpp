@@ -1,0 +1,97 @@
+// fork() while another thread creates the thread pool (a process's first CPU call). The pool
+// used to be a function-local static: a child forked during its initialisation inherited the
+// static's guard taken by a thread it does not have, and its first call waited on it for ever
+// (one CI run of 325d7e9). Each trial is a fresh process without a pool, in which a second
+// thread creates it while the first forks after a delay swept across the creation; the child
+// runs a job. A child still running at the deadline is a hang. Before the fix about one trial in
+// nine hung on a 2-core machine.
+//
+// Not a gtest binary: every trial needs a process that has never created the pool, which a
+// gtest process that ran other tests first cannot promise.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "cpu/thread_pool.hpp"
+
+namespace {
+
+constexpr int kTrials = 256;
+constexpr int kDelaySteps = 64;  // delays swept, in units of kSpinsPerStep busy iterations
+constexpr int kSpinsPerStep = 20;
+constexpr auto kChildDeadline = std::chrono::seconds(10);
+constexpr auto kTrialDeadline = std::chrono::seconds(20);  // longer: a trial waits for its child
+
+// 0 if parallel_for(count) called the body once per index.
+int run_job(int64_t count) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
+  hopattn::cpu::ThreadPool::instance().parallel_for(count, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
+  for (const std::atomic<int>& hit : hits)
+    if (hit != 1) return 1;
+  return 0;
+}
+
+// Forks a child that leaves with _exit(body()); its exit status, 128 + the signal that ended it,
+// or -1 if it was still running at the deadline (it is then killed).
+template <class Body>
+int exit_status_of_child(Body body, std::chrono::seconds deadline) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(static_cast<unsigned>(deadline.count()) + 5);  // ends the child even if the parent dies
+    _exit(body());
+  }
+  if (pid < 0) return -2;
+  const auto give_up = std::chrono::steady_clock::now() + deadline;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Runs in a fresh process: forks while the second thread is creating the pool, `delay_steps`
+// after it started to.
+int fork_during_creation(int delay_steps) {
+  std::atomic<bool> creating{false};
+  std::thread creator([&] {
+    creating = true;
+    run_job(64);
+  });
+  while (!creating) {
+  }
+  for (volatile int spin = 0; spin < delay_steps * kSpinsPerStep; spin = spin + 1) {
+  }
+  const int child = exit_status_of_child([] { return run_job(64); }, kChildDeadline);
+  creator.join();
+  return child == 0 ? 0 : child == -1 ? 100 : 101;  // 100: the child hung
+}
+
+}  // namespace
+
+int main() {
+  int failures = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const int delay_steps = trial % kDelaySteps;
+    const int status = exit_status_of_child([=] { return fork_during_creation(delay_steps); }, kTrialDeadline);
+    if (status != 0) {
+      ++failures;
+      std::fprintf(stderr, "FAILED: trial %d (delay %d): %s (status %d)\n", trial, delay_steps,
+                   status == 100 ? "the child forked during the pool's creation hung" : "a process failed",
+                   status);
+    }
+  }
+  std::printf("%d of %d forks during the pool's creation %s\n", kTrials - failures, kTrials,
+              failures == 0 ? "passed" : "passed; see the failures above");
+  return failures == 0 ? 0 : 1;
+}
