@@ -35,19 +35,21 @@ std::string sm90_backward_supported_list() {
 
 // At namespace scope, built when the library loads: a function-local static's guard, held by a
 // thread that fork() does not copy, would hang the child's first call (std::function members
-// make the initialisation dynamic).
-const SystemQueries the_system_queries{memory_space_of,
-                                       sm90::built,
-                                       sm90::device_available,
-                                       sm90::supports,
-                                       sm90::supported_list,
-                                       sm90::forward_workspace_size,
-                                       sm90::supports_backward,
-                                       sm90_backward_supported_list,
-                                       sm90::backward_workspace_size,
-                                       sm90::supports_fp8,
-                                       sm90::fp8_supported_list,
-                                       sm90::forward_fp8_workspace_size};
+// make the initialisation dynamic). Never destroyed, so that a thread still calling during exit()
+// finds it whole. Nothing calls system_queries() from a static initialiser, so it is built first.
+const SystemQueries& the_system_queries = *new SystemQueries{
+    memory_space_of,
+    sm90::built,
+    sm90::device_available,
+    sm90::supports,
+    sm90::supported_list,
+    sm90::forward_workspace_size,
+    sm90::supports_backward,
+    sm90_backward_supported_list,
+    sm90::backward_workspace_size,
+    sm90::supports_fp8,
+    sm90::fp8_supported_list,
+    sm90::forward_fp8_workspace_size};
 
 const SystemQueries& system_queries() { return the_system_queries; }
 

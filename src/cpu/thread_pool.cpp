@@ -25,7 +25,8 @@ std::atomic<ThreadPool*> the_pool{nullptr};
 std::mutex creation_mutex;
 }  // namespace
 
-// Registered when the library is loaded, before any thread can be creating the pool.
+// Registered when the library is loaded, before any thread can be creating the pool. Its only
+// failure is ENOMEM at load: the pool then still works, but a child forked during a call may hang.
 const int ThreadPool::fork_handlers_registered_ = pthread_atfork(
     &ThreadPool::before_fork, &ThreadPool::after_fork_in_parent, &ThreadPool::after_fork_in_child);
 

@@ -1,5 +1,6 @@
 #include "sm90/device_check.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
@@ -85,21 +86,32 @@ Status check_device(std::initializer_list<DevicePointer> pointers, void* cuda_st
 }
 
 Status current_device_shape(DeviceShape& shape) {
+  // Asked once per device (a device's shape never changes). Threads that race here write the same
+  // values; sm_count is published last, so a reader that sees it also sees l2_bytes.
+  struct CachedShape {
+    std::atomic<int> sm_count{0};
+    std::atomic<int64_t> l2_bytes{0};
+  };
   constexpr int kMaxDevices = 64;
-  static DeviceShape cache[kMaxDevices];  // a device's shape never changes; a race rewrites the same values
+  static CachedShape cache[kMaxDevices];
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);
   if (error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
-  if (device < kMaxDevices && cache[device].sm_count > 0) {
-    shape = cache[device];
-    return Status::kOk;
+  if (device < kMaxDevices) {
+    if (const int sm_count = cache[device].sm_count.load(std::memory_order_acquire); sm_count > 0) {
+      shape = {sm_count, cache[device].l2_bytes.load(std::memory_order_relaxed)};
+      return Status::kOk;
+    }
   }
   int sm_count = 0, l2_bytes = 0;
   error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
   if (error == cudaSuccess) error = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
   if (error != cudaSuccess) return cuda_failure("cudaDeviceGetAttribute", error);
   shape = {sm_count, l2_bytes};
-  if (device < kMaxDevices) cache[device] = shape;
+  if (device < kMaxDevices) {
+    cache[device].l2_bytes.store(l2_bytes, std::memory_order_relaxed);
+    cache[device].sm_count.store(sm_count, std::memory_order_release);
+  }
   return Status::kOk;
 }
 

@@ -1,5 +1,6 @@
 // Several threads calling libhopattn.so at once, as a server's request threads would: each call
-// gives what it gives alone (bit for bit), and each thread's hopattn_last_error() is its own.
+// gives what it gives alone (bit for bit), each thread's hopattn_last_error() is its own, and
+// first calls of hopattn_build_info() agree.
 // Run under ThreadSanitizer by scripts/sanitize.sh.
 #include <gtest/gtest.h>
 
@@ -114,6 +115,20 @@ TEST(ConcurrentCalls, ErrorMessagesArePerThread) {
   }
   for (std::thread& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(seen[t], "") << "thread " << t;
+}
+
+// The build information is built on the first call; threads that make it at once all get the
+// one published text, and it stays valid.
+TEST(ConcurrentCalls, FirstBuildInfoCallsAgree) {
+  constexpr int kThreads = 8;
+  std::vector<const char*> seen(kThreads, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back([&seen, t] { seen[t] = hopattn_build_info(); });
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_NE(seen[0], nullptr);
+  EXPECT_NE(std::strstr(seen[0], "cpu:"), nullptr) << seen[0];
+  for (int t = 1; t < kThreads; ++t) EXPECT_EQ(seen[t], seen[0]) << "thread " << t;
+  EXPECT_EQ(hopattn_build_info(), seen[0]);
 }
 
 }  // namespace
