@@ -9,19 +9,17 @@
 //
 // Not a gtest binary: every trial needs a process that has never created the pool, which a
 // gtest process that ran other tests first cannot promise.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
-#include <vector>
 
-#include "cpu/thread_pool.hpp"
+#include "fork_child.hpp"
 
 namespace {
+
+using hopattn::cpu::exit_status_of_child;
+using hopattn::cpu::run_job;
 
 constexpr int kTrials = 256;
 constexpr int kFailuresToStop = 3;
@@ -29,38 +27,6 @@ constexpr int kDelaySteps = 64;  // delays swept, in units of kSpinsPerStep busy
 constexpr int kSpinsPerStep = 20;
 constexpr auto kChildDeadline = std::chrono::seconds(10);
 constexpr auto kTrialDeadline = std::chrono::seconds(20);  // longer: a trial waits for its child
-
-// 0 if parallel_for(count) called the body once per index.
-int run_job(int64_t count) {
-  std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
-  hopattn::cpu::ThreadPool::instance().parallel_for(count, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
-  for (const std::atomic<int>& hit : hits)
-    if (hit != 1) return 1;
-  return 0;
-}
-
-// Forks a child that leaves with _exit(body()); its exit status, 128 + the signal that ended it,
-// or -1 if it was still running at the deadline (it is then killed).
-template <class Body>
-int exit_status_of_child(Body body, std::chrono::seconds deadline) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    alarm(static_cast<unsigned>(deadline.count()) + 5);  // ends the child even if the parent dies
-    _exit(body());
-  }
-  if (pid < 0) return -2;
-  const auto give_up = std::chrono::steady_clock::now() + deadline;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 // Runs in a fresh process: forks while the second thread is creating the pool, `delay_steps`
 // after it started to.

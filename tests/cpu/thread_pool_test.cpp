@@ -1,17 +1,14 @@
 #include "cpu/thread_pool.hpp"
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
-#include <functional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "fork_child.hpp"
 
 namespace hopattn::cpu {
 namespace {
@@ -49,39 +46,6 @@ TEST(ThreadPool, CallsFromSeveralThreadsAllComplete) {
   }
   for (std::thread& caller : callers) caller.join();
   EXPECT_EQ(total, 4 * 50 * 10);
-}
-
-// Runs `child` in a forked child, which leaves with _exit(child()) (gtest's state is the
-// parent's business). The child's status, or -1 if it had not exited after `deadline`: it is
-// then killed, since a hang is the failure these tests look for.
-int exit_status_of_child(const std::function<int()>& child,
-                         std::chrono::seconds deadline = std::chrono::seconds(30)) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    alarm(static_cast<unsigned>(deadline.count()) + 5);  // the child ends even if the parent dies
-    _exit(child());
-  }
-  if (pid < 0) return -2;
-  const auto give_up = std::chrono::steady_clock::now() + deadline;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// 0 if parallel_for(count) called the body once per index.
-int run_job(int64_t count) {
-  std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
-  ThreadPool::instance().parallel_for(count, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
-  for (const std::atomic<int>& hit : hits)
-    if (hit != 1) return 1;
-  return 0;
 }
 
 // Issue 10: the workers are not copied by fork(); the child's job used to wait for them forever.
