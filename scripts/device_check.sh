@@ -15,10 +15,11 @@
 #     bench-backward: the backward sweep (FA3's backward is in the same FA3 build)
 #     fp8: the FP8 GPU tests, then the FP8 sweep with FA3's FP8 (its own build) and
 #          cuDNN's FP8 (the cudnn-frontend wheel carried in .peers/wheels)
-#     profile: Nsight Compute on hopattn's forward kernel and FA3's at one point (PROFILE_ARGS,
-#          bench/profile_forward.py's, default "--head-dim 128 --seqlen 8192 --causal"): each
-#          kernel's details page and source page, and the key loop's mix and stalls side by side
-#          (bench/ncu_source.py hot)
+#     profile: Nsight Compute on hopattn's kernel and FA3's at one point (PROFILE_ARGS,
+#          bench/profile_kernel.py's, default "--head-dim 128 --seqlen 8192 --causal"; with
+#          "--pass backward" the backward's main kernels): each kernel's details page and source
+#          page, and the key loop's mix and stalls side by side (bench/ncu_source.py hot).
+#          PROFILE_LIBRARY: a prebuilt libhopattn.so to profile instead (e.g. an A/B's variant)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
@@ -181,18 +182,30 @@ fp8)
   tail -5 "$LOGS/fp8_progress.log"
   ;;
 profile)
-  # The forward's FA3 build and, unless `tests` built every kernel on this machine, the
-  # representative kernels (head_dim 128, PROFILE_ARGS' default) only: a profile fits one call.
-  start_fa3_build
-  profiled=build-device
-  [[ -f build-device/src/libhopattn.so ]] || { profiled=build-quick; build build-quick representative; }
-  [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
-  lib=$(find "$profiled" -name 'libhopattn.so' | head -1)
-  export HOPATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
+  # FA3's build with the features the pass needs and, unless PROFILE_LIBRARY names one or `tests`
+  # built every kernel on this machine, the representative kernels (head_dim 128, PROFILE_ARGS'
+  # default) only: a profile fits one call.
   read -r -a point <<<"${PROFILE_ARGS:---head-dim 128 --seqlen 8192 --causal}"
+  backward=false
+  [[ " ${point[*]} " == *" --pass backward "* ]] && backward=true
+  if $backward; then start_fa3_build "backward varlen"; else start_fa3_build; fi
+  if [[ -n "${PROFILE_LIBRARY:-}" ]]; then
+    lib=$(realpath "$PROFILE_LIBRARY")
+  else
+    profiled=build-device
+    [[ -f build-device/src/libhopattn.so ]] || { profiled=build-quick; build build-quick representative; }
+    lib=$PWD/$(find "$profiled" -name 'libhopattn.so' | head -1)
+  fi
+  [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
+  export HOPATTN_LIBRARY=$lib PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
   for impl in hopattn fa3; do
-    kernel=ForwardKernel
-    [[ $impl == fa3 ]] && kernel=FlashAttnFwd
+    if $backward; then
+      kernel=BackwardKernel
+      [[ $impl == fa3 ]] && kernel=FlashAttnBwdSm90
+    else
+      kernel=ForwardKernel
+      [[ $impl == fa3 ]] && kernel=FlashAttnFwd
+    fi
     echo "== $impl ${point[*]}"
     # The last of three launches, clocks as the benchmarks leave them; the report stays out of the
     # returned logs (tens of MB), its pages go in.
@@ -200,7 +213,7 @@ profile)
     timeout 240 ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$kernel" \
       --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
       --section SourceCounters -o "$report" \
-      python3 bench/profile_forward.py --impl "$impl" "${point[@]}" >"$LOGS/profile_$impl.log" 2>&1 || status=1
+      python3 bench/profile_kernel.py --impl "$impl" "${point[@]}" >"$LOGS/profile_$impl.log" 2>&1 || status=1
     ncu -i "$report.ncu-rep" --page details >"$LOGS/details_$impl.txt" 2>&1
     grep -E "Duration|SM Frequency|Elapsed Cycles|Executed Ipc Active|highest-utilized" "$LOGS/details_$impl.txt"
     ncu -i "$report.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip >"$LOGS/source_$impl.csv.gz"
