@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
 from bench_common import first_output, load_fa3  # noqa: E402
 
-parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+# No abbreviated options: scripts/device_check.sh reads --pass from the same arguments.
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
 parser.add_argument("--impl", choices=("hopattn", "fa3"), default="hopattn")
 parser.add_argument("--pass", dest="pass_", choices=("forward", "backward"), default="forward")
 parser.add_argument("--dtype", choices=("bf16", "e4m3"), default="bf16")

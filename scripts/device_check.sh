@@ -186,8 +186,10 @@ profile)
   # built every kernel on this machine, the representative kernels (head_dim 128, PROFILE_ARGS'
   # default) only: a profile fits one call.
   read -r -a point <<<"${PROFILE_ARGS:---head-dim 128 --seqlen 8192 --causal}"
-  backward=false
-  [[ " ${point[*]} " == *" --pass backward "* ]] && backward=true
+  backward=false  # bench/profile_kernel.py takes no abbreviated options: these are its two spellings
+  for ((i = 0; i < ${#point[@]}; ++i)); do
+    [[ ${point[i]} == --pass=backward || (${point[i]} == --pass && ${point[i + 1]:-} == backward) ]] && backward=true
+  done
   if $backward; then start_fa3_build "backward varlen"; else start_fa3_build; fi
   if [[ -n "${PROFILE_LIBRARY:-}" ]]; then
     lib=$(realpath "$PROFILE_LIBRARY")
