@@ -31,6 +31,7 @@
 #include "sm90/kernel/backward/barriers.hpp"
 #include "sm90/kernel/backward/key_block.cuh"
 #include "sm90/kernel/backward/workspace.hpp"
+#include "sm90/kernel/matrix_stores.hpp"
 #include "sm90/kernel/tma.hpp"
 #include "sm90/kernel/wgmma.hpp"
 
@@ -247,29 +248,33 @@ struct BackwardMainloop {
     typename Config::TiledMmaSdP mma_sdp;
     typename Config::TiledMmadKV mma_dkv;
     typename Config::TiledMmadQ mma_dq;
-    auto thread_sdp = mma_sdp.get_thread_slice(thread_idx);
-    auto thread_dkv = mma_dkv.get_thread_slice(thread_idx);
-    // This thread's index in TiledMmadQ, and the part of dQ it stores.
-    const int dq_thread = Config::kdQAlternates ? thread_idx % 128 : thread_idx;
-    const int dq_part = dq_thread / 128;
-    auto thread_dq = mma_dq.get_thread_slice(dq_thread);
-    Tensor tSrK = thread_sdp.partition_fragment_A(sK);
-    Tensor tSrQ = thread_sdp.partition_fragment_B(sQ);
-    Tensor tdPrV = thread_sdp.partition_fragment_A(sV);
-    Tensor tdPrdO = thread_sdp.partition_fragment_B(sdO);
-    Tensor tdVrdOt = thread_dkv.partition_fragment_B(sdOt);
-    Tensor tdKrQt = thread_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = thread_dq.partition_fragment_A(sdS);
-    Tensor tScS = thread_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+    // The shared-memory operands' descriptors depend on the warpgroup only. Sliced at its first
+    // thread, taken through a shuffle that ptxas knows to be warp-uniform, they stay in uniform
+    // registers; sliced at thread_idx they were built per thread, two R2UR before each WGMMA.
+    const int warpgroup = __shfl_sync(0xffffffff, thread_idx / 128, 0);
+    auto operands_sdp = mma_sdp.get_thread_slice(warpgroup * 128);
+    auto operands_dkv = mma_dkv.get_thread_slice(warpgroup * 128);
+    // The part of dQ this warpgroup stores, and this thread's index in TiledMmadQ.
+    const int dq_part = Config::kdQAlternates ? 0 : warpgroup;
+    const int dq_thread = dq_part * 128 + thread_idx % 128;
+    auto operands_dq = mma_dq.get_thread_slice(dq_part * 128);
+    Tensor tSrK = operands_sdp.partition_fragment_A(sK);
+    Tensor tSrQ = operands_sdp.partition_fragment_B(sQ);
+    Tensor tdPrV = operands_sdp.partition_fragment_A(sV);
+    Tensor tdPrdO = operands_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdOt = operands_dkv.partition_fragment_B(sdOt);
+    Tensor tdKrQt = operands_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = operands_dq.partition_fragment_A(sdS);
+    Tensor tScS = mma_sdp.get_thread_slice(thread_idx).partition_C(
+        make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
     auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto thread_ds_copy = ds_copy.get_thread_slice(thread_idx);
-    Tensor tdSsdS = thread_ds_copy.partition_D(sdSt);
-    Tensor tPsP = thread_ds_copy.partition_D(sPt);
-    Tensor tdVrPt = thread_dkv.partition_fragment_A(sPt);   // read with kSplitHeadDim only
-    Tensor tdKrdSt = thread_dkv.partition_fragment_A(sdSt);
+    const auto ds_stores = make_buffered_matrix_stores(thread_ds_copy.partition_D(sdSt));
+    const auto p_stores = make_buffered_matrix_stores(thread_ds_copy.partition_D(sPt));  // with kSplitHeadDim only
+    Tensor tdVrPt = operands_dkv.partition_fragment_A(sPt);   // likewise
+    Tensor tdKrdSt = operands_dkv.partition_fragment_A(sdSt);
 
     const float scale_log2 = params.scale_log2;
-    const int warpgroup = thread_idx / 128;
     float* dq_shared = shared.dq.data();
     PipelineState state;
     shared.kv_full.wait(0);
@@ -317,7 +322,7 @@ struct BackwardMainloop {
         warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
                                      tdVrdOt(_, _, _, stage), dv);
       } else {
-        copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
+        p_stores.store(thread_ds_copy.retile_S(p), buffer);
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
         barrier_sync(kNumMmaThreads, BackwardBarrier::kPReady);
         warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
@@ -336,7 +341,7 @@ struct BackwardMainloop {
       }
       Tensor ds = convert_fragment<Element>(dp);
 
-      copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
+      ds_stores.store(thread_ds_copy.retile_S(ds), buffer);
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
 
@@ -359,7 +364,7 @@ struct BackwardMainloop {
         for (int pass = 0; pass < Config::kdQPasses; ++pass) {
           constexpr int kPassColumns = Config::kdQPassColumns;
           Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kPassColumns>>{});
-          Tensor tdQrKt = thread_dq.partition_fragment_B(
+          Tensor tdQrKt = operands_dq.partition_fragment_B(
               local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{})));
           if (pass == 1) release_q();  // before the second pass, not after it: see release_q
           if constexpr (stores_dq) warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
