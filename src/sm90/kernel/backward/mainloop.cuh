@@ -248,16 +248,12 @@ struct BackwardMainloop {
     typename Config::TiledMmaSdP mma_sdp;
     typename Config::TiledMmadKV mma_dkv;
     typename Config::TiledMmadQ mma_dq;
-    // The shared-memory operands' descriptors depend on the warpgroup only. Sliced at its first
-    // thread, taken through a shuffle that ptxas knows to be warp-uniform, they stay in uniform
-    // registers; sliced at thread_idx they were built per thread, two R2UR before each WGMMA.
-    const int warpgroup = __shfl_sync(0xffffffff, thread_idx / 128, 0);
-    auto operands_sdp = mma_sdp.get_thread_slice(warpgroup * 128);
-    auto operands_dkv = mma_dkv.get_thread_slice(warpgroup * 128);
-    // The part of dQ this warpgroup stores, and this thread's index in TiledMmadQ.
-    const int dq_part = Config::kdQAlternates ? 0 : warpgroup;
-    const int dq_thread = dq_part * 128 + thread_idx % 128;
-    auto operands_dq = mma_dq.get_thread_slice(dq_part * 128);
+    auto operands_sdp = warpgroup_operand_slice(mma_sdp, thread_idx);
+    auto operands_dkv = warpgroup_operand_slice(mma_dkv, thread_idx);
+    // This thread's index in TiledMmadQ, and the part of dQ it stores.
+    const int dq_thread = Config::kdQAlternates ? thread_idx % 128 : thread_idx;
+    const int dq_part = dq_thread / 128;
+    auto operands_dq = warpgroup_operand_slice(mma_dq, dq_thread);
     Tensor tSrK = operands_sdp.partition_fragment_A(sK);
     Tensor tSrQ = operands_sdp.partition_fragment_B(sQ);
     Tensor tdPrV = operands_sdp.partition_fragment_A(sV);
@@ -275,6 +271,9 @@ struct BackwardMainloop {
     Tensor tdKrdSt = operands_dkv.partition_fragment_A(sdSt);
 
     const float scale_log2 = params.scale_log2;
+    // Warp-uniform to ptxas (a shuffle), so that the branch on whose turn dQ is (kdQAlternates) is
+    // too, and the descriptors under it stay in uniform registers.
+    const int warpgroup = __shfl_sync(0xffffffff, thread_idx / 128, 0);
     float* dq_shared = shared.dq.data();
     PipelineState state;
     shared.kv_full.wait(0);
@@ -285,8 +284,8 @@ struct BackwardMainloop {
       copy(kv_copy, thread_kv_copy.partition_S(sV), thread_kv_copy.retile_D(tdPrV));
     }
     const int steps = work.steps();
+    int m_block = work.m_begin;  // work.m_block_of_step(step), without its division
     for (int step = 0; step < steps; ++step) {
-      const int m_block = work.m_block_of_step(step);
       const int stage = int(state.index());
 
       // S^T = K Q^T and dP^T = V dO^T, back to back; P's exponentials run under dP's product.
@@ -298,8 +297,7 @@ struct BackwardMainloop {
       warpgroup_gemm<true, false>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), dp);
       warpgroup_wait<1>();
       warpgroup_fence_operand(scores);
-      const TileVisibility tile = work.visibility(m_block);
-      if (!tile.all_visible()) Work::apply_mask(scores, tScS, tile);
+      if (work.needs_mask(m_block)) Work::apply_mask(scores, tScS, work.visibility(m_block));
 
       // P = exp(scale * S - LSE) = exp2(S * scale_log2 - LSE_log2); the columns are the queries.
       Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
@@ -404,6 +402,7 @@ struct BackwardMainloop {
       }
       if constexpr (Config::kdQPasses == 1) release_q();
       ++state;
+      if (++m_block == work.m_end) m_block = work.m_begin;
       // Each thread fences its own stores for the async proxy before arriving.
       if (stores_dq) {
         cutlass::arch::fence_view_async_shared();
