@@ -1,5 +1,5 @@
-// stmatrix from 32-bit shared-memory addresses, and a thread's stmatrix stores into the buffers of
-// a swizzled tile with those addresses taken once.
+// stmatrix from 32-bit shared-memory addresses (the FP8 V transpose, the backward's dS^T and P^T),
+// and a thread's stmatrix stores into the buffers of a swizzled tile with those addresses taken once.
 #pragma once
 
 #include <cstdint>
