@@ -61,7 +61,7 @@ struct KeyBlockWork {
   __device__ int head_of_step(int step) const { return head_kv * group + step / query_blocks(); }
   __device__ int m_block_of_step(int step) const { return m_begin + step % query_blocks(); }
 
-  // Scores of (m_block, this key block) are hidden: visibility() tells which.
+  // Some score of (m_block, this key block) is hidden: visibility() tells which.
   __device__ bool needs_mask(int m_block) const { return m_block < unmasked_m_begin; }
   // Which scores of (m_block, this key block) are visible: past the sequence's keys and past the
   // causal limit they are not. Queries past the sequence need no mask: their LSE is +inf in the
