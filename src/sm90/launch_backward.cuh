@@ -51,10 +51,12 @@ Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace co
   // What the key blocks of one (kv head, sequence) share: the query rows of its heads, Q and dO with
   // their LSE and D, and their float32 dQ accumulator.
   using Element = typename Config::Element;
-  const int64_t pair_bytes = problem.heads_per_kv_head() * problem.seqlens.seqlen_q *
-                             (problem.head_dim * int64_t(2 * sizeof(Element) + sizeof(float)) + 2 * int64_t(sizeof(float)));
-  const TileOrder order = TileOrder::make(num_n_blocks, int(problem.heads_kv), int(problem.seqlens.batch), pair_bytes,
-                                          backward_section_bytes(device.l2_bytes), kCausal ? LongestBlock::kFirst : LongestBlock::kNone);
+  const int64_t row_bytes =
+      problem.head_dim * int64_t(2 * sizeof(Element) + sizeof(float)) + 2 * int64_t(sizeof(float));
+  const int64_t pair_bytes = problem.heads_per_kv_head() * problem.seqlens.seqlen_q * row_bytes;
+  const TileOrder order =
+      TileOrder::make(num_n_blocks, int(problem.heads_kv), int(problem.seqlens.batch), pair_bytes,
+                      backward_section_bytes(device.l2_bytes), kCausal ? LongestBlock::kFirst : LongestBlock::kNone);
   typename Kernel::Params params{Mainloop::to_params(problem, workspace, order), Epilogue::to_params(problem)};
   if (!Mainloop::descriptors_encoded(params.mainloop)) {  // the backstop of tma.hpp's encoded()
     return set_error(Status::kInternal, "sm90 backward: the driver refused a TMA descriptor (cuTensorMapEncodeTiled) "

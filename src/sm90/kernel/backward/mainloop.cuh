@@ -271,9 +271,9 @@ struct BackwardMainloop {
     Tensor tdKrdSt = operands_dkv.partition_fragment_A(sdSt);
 
     const float scale_log2 = params.scale_log2;
-    // Warp-uniform to ptxas (a shuffle), so that the branch on whose turn dQ is (kdQAlternates) is
-    // too, and the descriptors under it stay in uniform registers.
-    const int warpgroup = __shfl_sync(0xffffffff, thread_idx / 128, 0);
+    // Uniform, so that the branch on whose turn dQ is (kdQAlternates) is too, and the descriptors
+    // under it stay in uniform registers.
+    const int warpgroup = uniform_warpgroup_of(thread_idx);
     float* dq_shared = shared.dq.data();
     PipelineState state;
     shared.kv_full.wait(0);
