@@ -285,7 +285,9 @@ struct BackwardMainloop {
     }
     const int steps = work.steps();
     int m_block = work.m_begin;  // work.m_block_of_step(step), without its division
-    for (int step = 0; step < steps; ++step) {
+    // At least one step (kernel.cuh), so no path skips the loop: see the kernel's zero path.
+    int step = 0;
+    do {
       const int stage = int(state.index());
 
       // S^T = K Q^T and dP^T = V dO^T, back to back; P's exponentials run under dP's product.
@@ -408,7 +410,7 @@ struct BackwardMainloop {
         cutlass::arch::fence_view_async_shared();
         shared.dq_full[dq_part].arrive();
       }
-    }
+    } while (++step < steps);
   }
 
   // Run by one thread of the producer warpgroup for a key block with at least one step: per step,
