@@ -29,8 +29,7 @@ using BackwardTiles = BackwardTileSize<kHeadDim>;
 template <class Element, int kHeadDim>
 using BackwardConfigFor =
     BackwardConfig<Element, kHeadDim, BackwardTiles<kHeadDim>::kBlockM, BackwardTiles<kHeadDim>::kBlockN,
-                   BackwardTiles<kHeadDim>::kStages, BackwardTiles<kHeadDim>::kdQPasses,
-                   BackwardTiles<kHeadDim>::kKVInRegisters, BackwardTiles<kHeadDim>::kdQAlternates>;
+                   BackwardTiles<kHeadDim>::kStages, BackwardTiles<kHeadDim>::kdQPasses>;
 
 // Bytes of workspace launch_backward<Element, kHeadDim>(problem, ...) needs.
 template <class Element, int kHeadDim>

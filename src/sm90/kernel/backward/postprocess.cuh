@@ -20,7 +20,7 @@ struct BackwardPostprocess {
   using Element = typename Config::Element;
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockM = Config::kBlockM;
-  static constexpr int kThreads = Config::kdQThreads;
+  static constexpr int kThreads = Config::kNumMmaThreads;
   static constexpr int kChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kChunk;
   static constexpr int kRowPitch = kHeadDim + kChunk;  // elements; keeps rows 16-byte aligned
