@@ -103,7 +103,8 @@ struct BackwardConfig {
   using SmemLayoutQt = decltype(composition(
       SmemLayoutQ{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{}, Step<_2, _1, _3>{})));
   // K: the A operand of S^T and, viewed (head_dim, keys), the B operand of dQ, which each
-  // warpgroup reads in its own columns of each pass: the swizzle atom must divide them.
+  // warpgroup reads in each pass's columns (its own half of them where dQ splits by head_dim):
+  // the swizzle atom must divide them.
   using SmemLayoutK = decltype(tile_to_shape(SmemAtomFor<Element, kdQColumnsPerWarpgroup / kdQPasses>{},
                                              Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutKt = decltype(composition(

@@ -14,12 +14,11 @@
 // workspace's order too) and the dQ thread adds each part with one bulk reduce-add
 // (cp.reduce.async.bulk .add.f32): no per-element atomics in the consumers. The parts are the
 // warpgroups' halves of the block, by query rows or by head_dim columns (config.hpp). One shared
-// buffer, handed over with two mbarriers per part: dq_full (its 128
-// threads stored their values and fenced them for the async proxy) and dq_empty (the bulk reduce
-// finished reading them; the next step may overwrite). With `deterministic` the CTAs of a query
-// block add in key-block order: a semaphore per (head, query block) counts the key blocks whose
-// adds are complete, and key block n's dQ thread waits for it to reach n; the consumers never
-// wait on it.
+// buffer, handed over with two mbarriers per part: dq_full (its 128 threads stored their values
+// and fenced them for the async proxy) and dq_empty (the bulk reduce finished reading them; the
+// next step may overwrite). With `deterministic` the CTAs of a query block add in key-block
+// order: a semaphore per (head, query block) counts the key blocks whose adds are complete, and
+// key block n's dQ thread waits for it to reach n; the consumers never wait on it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -348,8 +347,8 @@ struct BackwardMainloop {
       Tensor ds = convert_fragment<Element>(dp);
 
       ds_stores.store(thread_ds_copy.retile_S(ds), buffer);
-      // The stores are volatile and so stay before this product: ptxas cannot sink dS's
-      // arithmetic below it, and S and dP in float32 are dead when P is rounded.
+      // The stores are volatile and stay before this product, so dS's arithmetic is done by then
+      // (as ptxas schedules it): dP is dead, and S (P in float32) dies as P is rounded.
       if constexpr (kLatedV) issue_dv_from_registers();
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
