@@ -10,8 +10,9 @@
 //   dV  += P^T dO       (keys x head_dim)
 //   dK  += dS^T Q       (keys x head_dim)
 //   dQ   = dS K         (queries x head_dim, split across the warpgroups by query rows where the
-//                       block has 64 per warpgroup (kdQSplitRows), else by head_dim halves)
-//                                          ss: dS^T through shared memory, read MN-major
+//                       block has 64 per warpgroup (kdQSplitRows), else by head_dim halves; or
+//                       dQ^T = K^T dS^T where the block's rows are no multiple of 64)
+//                                          ss: dS through shared memory, keys contiguous (K-major)
 //
 // Up to head_dim 128 each warpgroup owns 64 of the block's 128 keys: its S^T and dP^T rows are its
 // keys, and dV and dK take P^T and dS^T straight from its registers (rs). Past 128, dK and dV of
@@ -60,15 +61,18 @@ struct BackwardConfig {
 
   static_assert(kBlockN == (kSplitHeadDim ? 64 : 64 * kNumConsumerWarpgroups),
                 "a warpgroup's 64 keys, or one block of 64 the warpgroups share");
-  static_assert(kBlockM == 64 || kBlockM == 64 * kNumConsumerWarpgroups);
+  static_assert(kBlockM % 16 == 0 && kBlockM <= 64 * kNumConsumerWarpgroups);
   static_assert(kHeadDim % 32 == 0);
 
   // A product split across the warpgroups by its rows (M) or by its columns (N).
   using RowWarpgroups = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
   using ColumnWarpgroups = Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>;
   // dQ by query rows, each warpgroup all of head_dim for 64 of them, where the block has 64 per
-  // warpgroup; else by head_dim halves, since WGMMA's M is 64.
+  // warpgroup; else by head_dim halves, since WGMMA's M is 64. A block of rows that is no multiple
+  // of 64 (80 at head_dim 128, FA3's non-causal tile) cannot be WGMMA's M: there the warpgroups
+  // compute dQ^T = K^T dS^T, whose M is their head_dim half (kdQTransposed).
   static constexpr bool kdQSplitRows = kBlockM == 64 * kNumConsumerWarpgroups;
+  static constexpr bool kdQTransposed = kBlockM % 64 != 0;
   static constexpr int kdQColumnsPerWarpgroup = kdQSplitRows ? kHeadDim : kHeadDim / kNumConsumerWarpgroups;
   static constexpr int kdKVColumnsPerWarpgroup = kSplitHeadDim ? kHeadDim / kNumConsumerWarpgroups : kHeadDim;
   static constexpr int kdQPassColumns = kHeadDim / kdQPasses;  // of the whole block
@@ -84,16 +88,31 @@ struct BackwardConfig {
       kSplitHeadDim,
       decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float,
                                                    Shape<_64, Int<kdKVColumnsPerWarpgroup>, Int<kBlockM>>,
-                                                   GMMA::Major::K, GMMA::Major::MN>(),
+                                                   GMMA::Major::MN, GMMA::Major::MN>(),
                               ColumnWarpgroups{})),
       decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
                                                    GMMA::Major::K, GMMA::Major::MN>(),
                               RowWarpgroups{}))>;
+  // One pass's dQ tile as TiledMmadQ computes it: (queries, head_dim columns), or transposed.
+  using dQPassShape = conditional_t<kdQTransposed, Shape<Int<kdQPassColumns>, Int<kBlockM>>,
+                                    Shape<Int<kBlockM>, Int<kdQPassColumns>>>;
   using TiledMmadQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float,
-                           Shape<_64, Int<kdQColumnsPerWarpgroup / kdQPasses>, Int<kBlockN>>,
-                           GMMA::Major::MN, GMMA::Major::MN>(),
-      conditional_t<kdQSplitRows, RowWarpgroups, ColumnWarpgroups>{}));
+                           Shape<_64, Int<kdQTransposed ? kBlockM : kdQColumnsPerWarpgroup / kdQPasses>, Int<kBlockN>>,
+                           kdQTransposed ? GMMA::Major::MN : GMMA::Major::K,   // K^T, or dS
+                           kdQTransposed ? GMMA::Major::K : GMMA::Major::MN>(),  // dS^T, or K^T
+      conditional_t<kdQSplitRows || kdQTransposed, RowWarpgroups, ColumnWarpgroups>{}));
+  static_assert(!kdQTransposed || (kdQPasses == 1 && kHeadDim == 64 * kNumConsumerWarpgroups && !kSplitHeadDim),
+                "dQ^T's M is one warpgroup's 64 head_dim columns");
+  // (query row, head_dim column) of a coordinate in dQPassShape.
+  template <class Coord>
+  CUTE_HOST_DEVICE static auto dq_row_column(Coord const& c) {
+    if constexpr (kdQTransposed) {
+      return make_tuple(get<1>(c), get<0>(c));
+    } else {
+      return make_tuple(get<0>(c), get<1>(c));
+    }
+  }
 
   // Q and dO: (rows, head_dim, stage), the B operand of S^T / dP^T (K-major) and, viewed
   // (head_dim, rows, stage), of dK / dV (MN-major), whole or by each warpgroup's head_dim columns:
@@ -111,14 +130,17 @@ struct BackwardConfig {
       SmemLayoutK{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{})));
   using SmemLayoutV = decltype(tile_to_shape(SmemAtomFor<Element, kHeadDim>{},
                                              Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  // dS^T as the consumers write it (keys, queries, buffer), and the same bytes as dQ's A operand
-  // (queries, keys, buffer), MN-major; with kSplitHeadDim, P^T as well, in buffers of the same
-  // layout (the A operand of dV, K-major). Two buffers: one barrier per step orders writes and reads.
+  // dS (queries, keys, buffer), the keys contiguous in 64-key swizzle atoms: K-major as dQ reads it
+  // (dS K's A, or dQ^T = K^T dS^T's B), and viewed (keys, queries, buffer) MN-major as dK reads it
+  // from shared memory (kSplitHeadDim, with P^T in buffers of the same layout for dV). The consumers
+  // hold dS^T and store it with transposing stmatrix: a warp's stores, 16 queries apart, lie whole
+  // swizzle periods apart and take one address (matrix_stores.hpp). Two buffers: one barrier per
+  // step orders writes and reads.
   static constexpr int kdSBuffers = 2;
-  using SmemLayoutdSt = decltype(tile_to_shape(SmemAtomFor<Element, kBlockM>{},
-                                               Shape<Int<kBlockN>, Int<kBlockM>, Int<kdSBuffers>>{}));
-  using SmemLayoutdS = decltype(composition(
-      SmemLayoutdSt{}, make_ordered_layout(Shape<Int<kBlockM>, Int<kBlockN>, Int<kdSBuffers>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutdS = decltype(tile_to_shape(SmemAtomFor<Element, 64>{},
+                                              Shape<Int<kBlockM>, Int<kBlockN>, Int<kdSBuffers>>{}));
+  using SmemLayoutdSt = decltype(composition(
+      SmemLayoutdS{}, make_ordered_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kdSBuffers>>{}, Step<_2, _1, _3>{})));
 
   // The float32 dQ accumulator of one query block (kBlockM x kHeadDim floats, in the workspace and
   // in the shared-memory buffer the main kernel reduces from alike) lies in the order of TiledMmadQ's

@@ -261,14 +261,22 @@ struct BackwardMainloop {
     Tensor tdPrdO = operands_sdp.partition_fragment_B(sdO);
     Tensor tdVrdOt = operands_dkv.partition_fragment_B(sdOt);
     Tensor tdKrQt = operands_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = operands_dq.partition_fragment_A(sdS);
+    // dS (queries, keys, buffer): dQ's A operand, or its B where it computes dQ^T.
+    auto tdQrdS = [&]() {
+      if constexpr (Config::kdQTransposed) {
+        return operands_dq.partition_fragment_B(sdS);
+      } else {
+        return operands_dq.partition_fragment_A(sdS);
+      }
+    }();
     Tensor tScS = mma_sdp.get_thread_slice(thread_idx).partition_C(
         make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
-    auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);
     auto thread_ds_copy = ds_copy.get_thread_slice(thread_idx);
-    const auto ds_stores = make_buffered_matrix_stores(thread_ds_copy.partition_D(sdSt));
-    const auto p_stores = make_buffered_matrix_stores(thread_ds_copy.partition_D(sPt));  // with kSplitHeadDim only
-    Tensor tdVrPt = operands_dkv.partition_fragment_A(sPt);   // likewise
+    const auto ds_stores = make_buffered_matrix_stores</*kTransposed=*/true>(thread_ds_copy.partition_D(sdSt));
+    // P^T's stores and dV's operand, with kSplitHeadDim only:
+    const auto p_stores = make_buffered_matrix_stores</*kTransposed=*/true>(thread_ds_copy.partition_D(sPt));
+    Tensor tdVrPt = operands_dkv.partition_fragment_A(sPt);
     Tensor tdKrdSt = operands_dkv.partition_fragment_A(sdSt);
 
     const float scale_log2 = params.scale_log2;
@@ -368,11 +376,14 @@ struct BackwardMainloop {
       CUTE_UNROLL
       for (int pass = 0; pass < Config::kdQPasses; ++pass) {
         constexpr int kPassColumns = Config::kdQPassColumns;
-        Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kPassColumns>>{});
-        Tensor tdQrKt = operands_dq.partition_fragment_B(
-            local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{})));
+        Tensor dq = partition_fragment_C(mma_dq, typename Config::dQPassShape{});
+        Tensor kt_pass = local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{}));
         if (pass == 1) release_q();  // before the second pass, not after it: see release_q
-        warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
+        if constexpr (Config::kdQTransposed) {  // dQ^T = K^T dS^T
+          warpgroup_gemm<true, false>(mma_dq, operands_dq.partition_fragment_A(kt_pass), tdQrdS(_, _, _, buffer), dq);
+        } else {
+          warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), operands_dq.partition_fragment_B(kt_pass), dq);
+        }
         if (pass == 0) {
           if constexpr (kSplitHeadDim) {
             warpgroup_gemm<false, false>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQt(_, _, _, stage), dk);
