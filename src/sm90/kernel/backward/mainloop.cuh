@@ -83,8 +83,8 @@ struct BackwardMainloop {
   static constexpr int kNumConsumerWarpgroups = Config::kNumConsumerWarpgroups;
   static constexpr bool kSplitHeadDim = Config::kSplitHeadDim;
   // P in 16 bits, live beside S and dP in float32 until dV's product retires, fits the consumers'
-  // registers while S^T and dP^T hold 32 values per thread (head_dim 96 and 128); at 64 (head_dim
-  // 64's 128 queries a step) P is rounded for dV only after dS ("late dV"; else ptxas spills).
+  // registers while S^T and dP^T hold 32 values per thread (64 queries a step); past that (head_dim
+  // 64's 128 queries, 128's 80) P is rounded for dV only after dS ("late dV"; else ptxas spills).
   static constexpr int kScoresPerThread = kBlockN * kBlockM / kNumMmaThreads;
   static constexpr bool kLatedV = !kSplitHeadDim && kScoresPerThread > 32;
   using Work = KeyBlockWork<kBlockM, kBlockN, kCausal>;

@@ -23,8 +23,8 @@
 // (the mainloop's kLatedV): P in 16 bits beside S and dP in float32 would not fit.
 // At head_dim 128 without the mask a step takes 80 queries (FA3's tile): a quarter more rows per
 // step's fixed costs (the handshakes, the waits, dQ's reduce). 80 cannot be WGMMA's M, so dQ is
-// computed transposed (config.hpp's kdQTransposed). With the causal mask the step keeps 64 rows, as
-// FA3's does.
+// computed transposed (config.hpp's kdQTransposed), and P is rounded after dS as at head_dim 64.
+// With the causal mask the step keeps 64 rows, as FA3's does.
 // head_dim 256 has room for one stage of Q and dO only: the next step's loads wait for this
 // step's products to release them. Past head_dim 128, dQ takes two passes of half the columns,
 // one after the other: with all of a warpgroup's dQ live beside dK and dV, ptxas spills dK and
