@@ -352,8 +352,9 @@ std::vector<VarlenCase> varlen_matrix() {
       if (!backward_built(dtype, head_dim)) continue;
       for (bool causal : {false, true}) {
         for (bool seqused : {false, true}) {
+          // GQA (groups of 4) with each mask, and with seqused_k and without.
           cases.push_back({dtype, head_dim, causal, q_lengths, k_lengths, seqused ? k_used : std::vector<int32_t>{}, 2,
-                           causal ? 4 : 1});
+                           causal == seqused ? 1 : 4});
         }
       }
     }
