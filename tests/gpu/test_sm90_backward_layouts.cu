@@ -1,8 +1,11 @@
-// The backward's dS stores (sm90/kernel/matrix_stores.hpp, kernel/backward/config.hpp) on the host,
-// no GPU needed: for the tile of every backward head_dim and mask, every value of every consumer
-// thread's dS^T fragment, stored by transposing stmatrix from BufferedMatrixStores' addresses, lands
-// at dS(query, key) of the layout dQ and dK read, once, in each buffer; and the one-address form's
-// constant offsets equal CuTe's own addresses.
+// The backward's layouts on the host, no GPU needed, for the tile of every backward head_dim and mask:
+// - dS (sm90/kernel/matrix_stores.hpp, kernel/backward/config.hpp): every value of every consumer
+//   thread's dS^T fragment, stored by transposing stmatrix from BufferedMatrixStores' addresses,
+//   lands at dS(query, key) of the layout dQ and dK read, once, in each buffer; and the one-address
+//   form's constant offsets equal CuTe's own addresses.
+// - dQ's accumulator (Config::dq_accum_offset): the value the mainloop stores for a (query row,
+//   head_dim column), pass by pass, is the one the postprocess reads back for it, and every slot
+//   of the block's accumulator holds one value.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -82,6 +85,48 @@ void check_ds_stores() {
   }
 }
 
+template <int kHeadDim, bool kCausal>
+void check_dq_accumulator() {
+  using Config = BackwardConfigFor<cutlass::bfloat16_t, kHeadDim, kCausal>;
+  constexpr int kBlockM = Config::kBlockM, kPassColumns = Config::kdQPassColumns;
+  SCOPED_TRACE("head_dim " + std::to_string(kHeadDim) + (kCausal ? ", causal" : "") + ": " +
+               std::to_string(kBlockM) + " rows");
+  typename Config::TiledMmadQ mma_dq;
+  // The accumulator slot each (row, column) of the block is stored to by the mainloop.
+  std::map<std::pair<int, int>, int> stored;
+  std::map<int, int> slot_writes;
+  for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
+    // The mainloop: pass p's fragment over dQPassShape, its columns p * kPassColumns on.
+    Tensor pass_coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(typename Config::dQPassShape{}));
+    constexpr int kPassValues = decltype(size(pass_coords))::value;
+    for (int pass = 0; pass < Config::kdQPasses; ++pass) {
+      for (int i = 0; i < kPassValues; ++i) {
+        const auto [row, column] = Config::dq_row_column(pass_coords(i));
+        ASSERT_TRUE(row < kBlockM && column < kPassColumns) << "(row, column) outside the pass's tile";
+        const int slot = Config::dq_accum_offset(thread, pass * kPassValues + i);
+        ASSERT_TRUE(stored.emplace(std::make_pair(int(row), int(column) + pass * kPassColumns), slot).second)
+            << "thread " << thread << " pass " << pass << " value " << i << ": (row, column) stored twice";
+        ++slot_writes[slot];
+      }
+    }
+  }
+  ASSERT_EQ(stored.size(), size_t(kBlockM) * kHeadDim);
+  ASSERT_EQ(slot_writes.size(), size_t(kBlockM) * kHeadDim);
+  for (auto const& [slot, count] : slot_writes) {
+    ASSERT_TRUE(slot >= 0 && slot < kBlockM * kHeadDim && count == 1) << "slot " << slot;
+  }
+  // The postprocess: the whole block's fragment, read back from the same slots.
+  for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
+    Tensor coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(
+        conditional_t<Config::kdQTransposed, Shape<Int<kHeadDim>, Int<kBlockM>>, Shape<Int<kBlockM>, Int<kHeadDim>>>{}));
+    for (int i = 0; i < Config::kdQAccumPerThread; ++i) {
+      const auto [row, column] = Config::dq_row_column(coords(i));
+      ASSERT_EQ(stored.at(std::make_pair(int(row), int(column))), Config::dq_accum_offset(thread, i))
+          << "thread " << thread << " value " << i << " (row " << row << ", column " << column << ")";
+    }
+  }
+}
+
 // The head_dims of src/sm90/instantiations/generate.py's backward.
 TEST(Sm90BackwardLayouts, DsStoresLandWhereDqAndDkReadThem) {
   check_ds_stores<64, false>();
@@ -94,6 +139,19 @@ TEST(Sm90BackwardLayouts, DsStoresLandWhereDqAndDkReadThem) {
   check_ds_stores<192, true>();
   check_ds_stores<256, false>();
   check_ds_stores<256, true>();
+}
+
+TEST(Sm90BackwardLayouts, DqAccumulatorReadsBackWhatTheMainloopStored) {
+  check_dq_accumulator<64, false>();
+  check_dq_accumulator<64, true>();
+  check_dq_accumulator<96, false>();
+  check_dq_accumulator<96, true>();
+  check_dq_accumulator<128, false>();
+  check_dq_accumulator<128, true>();
+  check_dq_accumulator<192, false>();
+  check_dq_accumulator<192, true>();
+  check_dq_accumulator<256, false>();
+  check_dq_accumulator<256, true>();
 }
 
 }  // namespace
