@@ -34,7 +34,7 @@ void check_ds_stores() {
   using StoreLayout = decltype(declval<Partition>()(_, _, _, 0).layout());
   constexpr int kStores = decltype(size(StoreLayout{}))::value / 8;
   constexpr uint32_t kBufferBytes = decltype(layout<3>(declval<Partition>())(Int<1>{}))::value * sizeof(Element);
-  using Stores = BufferedMatrixStores<kStores, kBufferBytes, /*kTransposed=*/true, StoreLayout>;
+  using Stores = BufferedMatrixStores<kStores, kBufferBytes, StoreLayout>;
   EXPECT_TRUE(Stores::kOneAddress) << "a warp's stores no longer lie whole swizzle periods apart";
 
   for (int buffer = 0; buffer < Config::kdSBuffers; ++buffer) {
@@ -97,7 +97,8 @@ void check_dq_accumulator() {
   std::map<int, int> slot_writes;
   for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
     // The mainloop: pass p's fragment over dQPassShape, its columns p * kPassColumns on.
-    Tensor pass_coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(typename Config::dQPassShape{}));
+    Tensor pass_coords =
+        mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(typename Config::dQPassShape{}));
     constexpr int kPassValues = decltype(size(pass_coords))::value;
     for (int pass = 0; pass < Config::kdQPasses; ++pass) {
       for (int i = 0; i < kPassValues; ++i) {
@@ -117,8 +118,9 @@ void check_dq_accumulator() {
   }
   // The postprocess: the whole block's fragment, read back from the same slots.
   for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
-    Tensor coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(
-        conditional_t<Config::kdQTransposed, Shape<Int<kHeadDim>, Int<kBlockM>>, Shape<Int<kBlockM>, Int<kHeadDim>>>{}));
+    using WholeShape = conditional_t<Config::kdQTransposed, Shape<Int<kHeadDim>, Int<kBlockM>>,
+                                     Shape<Int<kBlockM>, Int<kHeadDim>>>;
+    Tensor coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(WholeShape{}));
     for (int i = 0; i < Config::kdQAccumPerThread; ++i) {
       const auto [row, column] = Config::dq_row_column(coords(i));
       ASSERT_EQ(stored.at(std::make_pair(int(row), int(column))), Config::dq_accum_offset(thread, i))

@@ -273,9 +273,9 @@ struct BackwardMainloop {
         make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
     auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);
     auto thread_ds_copy = ds_copy.get_thread_slice(thread_idx);
-    const auto ds_stores = make_buffered_matrix_stores</*kTransposed=*/true>(thread_ds_copy.partition_D(sdSt));
+    const auto ds_stores = make_buffered_matrix_stores(thread_ds_copy.partition_D(sdSt));
     // P^T's stores and dV's operand, with kSplitHeadDim only:
-    const auto p_stores = make_buffered_matrix_stores</*kTransposed=*/true>(thread_ds_copy.partition_D(sPt));
+    const auto p_stores = make_buffered_matrix_stores(thread_ds_copy.partition_D(sPt));
     Tensor tdVrPt = operands_dkv.partition_fragment_A(sPt);
     Tensor tdKrdSt = operands_dkv.partition_fragment_A(sdSt);
 
