@@ -82,14 +82,11 @@ struct BackwardMainloop {
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
   static constexpr int kNumConsumerWarpgroups = Config::kNumConsumerWarpgroups;
   static constexpr bool kSplitHeadDim = Config::kSplitHeadDim;
-  // P in 16 bits, live beside S, dP, dK and dV in float32 until dV's product retires (it goes in
-  // before dP's wait, below): per thread 224 registers at head_dim 64's 128 queries fit, 228 at
-  // head_dim 128's 80 spill (40 bytes). Past 224, P is rounded for dV only after dS's stores
-  // ("late dV"), and the exponentials run after dP's wait.
+  // P in 16 bits, live beside S and dP in float32 until dV's product retires, fits the consumers'
+  // registers while S^T and dP^T hold 32 values per thread (64 queries a step); past that (head_dim
+  // 64's 128 queries, 128's 80) P is rounded for dV only after dS ("late dV"; else ptxas spills).
   static constexpr int kScoresPerThread = kBlockN * kBlockM / kNumMmaThreads;
-  static constexpr int kEarlydVRegisters =
-      2 * Config::kdKVColumnsPerWarpgroup * 64 / 128 + 2 * kScoresPerThread + kScoresPerThread / 2;
-  static constexpr bool kLatedV = !kSplitHeadDim && kEarlydVRegisters > 224;
+  static constexpr bool kLatedV = !kSplitHeadDim && kScoresPerThread > 32;
   using Work = KeyBlockWork<kBlockM, kBlockN, kCausal>;
 
   struct SharedStorage {
