@@ -19,7 +19,7 @@ import heapq
 import math
 
 FORWARD_TILES = {64: (192, 128), 128: (128, 128), 256: (128, 80)}  # tile_size.hpp, 16-bit
-BACKWARD_TILES = {64: (64, 128), 128: (64, 128), 256: (64, 64)}  # backward/tile_size.hpp
+BACKWARD_TILES = {64: (128, 128), 128: (64, 128), 256: (64, 64)}  # backward/tile_size.hpp, causal
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--sms", type=int, default=132)
 parser.add_argument("--l2-mib", type=int, default=60, help="the device's L2 (H200: 60 MiB)")

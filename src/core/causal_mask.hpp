@@ -61,6 +61,20 @@ HOPATTN_HOST_DEVICE TileVisibility tile_visibility(bool causal, int64_t first_ro
   return t;
 }
 
+// The first tile of block_rows queries (tile m from row m * block_rows) from which on every tile
+// against the block_keys keys from first_key is all visible (TileVisibility::all_visible), or
+// INT64_MAX when none is: the keys run past seqlen_k. Without the mask that is tile 0; with it,
+// the first tile whose first row sees the block's last key, m * block_rows >= seqlen_q - 1 -
+// (keys_left - block_keys), rounded up. No overflow for any lengths and first_key >= 0.
+HOPATTN_HOST_DEVICE int64_t first_unmasked_row_block(bool causal, int64_t first_key, int block_rows, int block_keys,
+                                                     int64_t seqlen_q, int64_t seqlen_k) {
+  const int64_t keys_left = seqlen_k - first_key;
+  if (keys_left < block_keys) return INT64_MAX;
+  if (!causal) return 0;
+  const int64_t rows = seqlen_q - 1 - (keys_left - block_keys);  // both terms >= 0
+  return rows <= 0 ? 0 : rows / block_rows + (rows % block_rows != 0);
+}
+
 // Score cells a forward computes over (seqlen_q, seqlen_k) with tiles of block_rows queries and
 // block_keys keys: every query block computes whole tiles, of each key block that some row of it
 // sees (the kernels' key_block_end), its rows past seqlen_q included. Against the seqlen_q x

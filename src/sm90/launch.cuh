@@ -45,8 +45,9 @@ Status launch_forward_kernel(Problem const& problem, DeviceShape const& device, 
   // either order keeps adjacent.
   const int64_t kv_bytes = 2 * problem.seqlens.seqlen_k * problem.head_dim *
                            int64_t(sizeof(typename Config::Element)) / problem.heads_per_kv_head();
-  const TileOrder order = TileOrder::make(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch), kv_bytes,
-                                          forward_section_bytes(device.l2_bytes), kCausal ? LongestBlock::kLast : LongestBlock::kNone);
+  const TileOrder order =
+      TileOrder::make(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch), kv_bytes,
+                      forward_section_bytes(device.l2_bytes), kCausal ? LongestBlock::kLast : LongestBlock::kNone);
   params.scheduler = Scheduler::to_params(order, workspace);
 
   cudaError_t error;

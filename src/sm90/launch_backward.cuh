@@ -23,20 +23,19 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim>
-using BackwardTiles = BackwardTileSize<kHeadDim>;
-
-template <class Element, int kHeadDim>
-using BackwardConfigFor =
-    BackwardConfig<Element, kHeadDim, BackwardTiles<kHeadDim>::kBlockM, BackwardTiles<kHeadDim>::kBlockN,
-                   BackwardTiles<kHeadDim>::kStages, BackwardTiles<kHeadDim>::kdQPasses,
-                   BackwardTiles<kHeadDim>::kKVInRegisters, BackwardTiles<kHeadDim>::kdQAlternates>;
+template <class Element, int kHeadDim, bool kCausal>
+using BackwardConfigFor = BackwardConfig<Element, kHeadDim, BackwardTileSize<kHeadDim, kCausal>::kBlockM,
+                                         BackwardTileSize<kHeadDim, kCausal>::kBlockN,
+                                         BackwardTileSize<kHeadDim, kCausal>::kStages,
+                                         BackwardTileSize<kHeadDim, kCausal>::kdQPasses>;
 
 // Bytes of workspace launch_backward<Element, kHeadDim>(problem, ...) needs.
 template <class Element, int kHeadDim>
 size_t backward_workspace_bytes(BackwardProblem const& problem) {
   size_t bytes = 0;
-  BackwardWorkspace::make(problem, BackwardTiles<kHeadDim>::kBlockM, nullptr, &bytes);
+  const int block_m =
+      problem.causal ? BackwardTileSize<kHeadDim, true>::kBlockM : BackwardTileSize<kHeadDim, false>::kBlockM;
+  BackwardWorkspace::make(problem, block_m, nullptr, &bytes);
   return bytes;
 }
 
@@ -51,10 +50,12 @@ Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace co
   // What the key blocks of one (kv head, sequence) share: the query rows of its heads, Q and dO with
   // their LSE and D, and their float32 dQ accumulator.
   using Element = typename Config::Element;
-  const int64_t pair_bytes = problem.heads_per_kv_head() * problem.seqlens.seqlen_q *
-                             (problem.head_dim * int64_t(2 * sizeof(Element) + sizeof(float)) + 2 * int64_t(sizeof(float)));
-  const TileOrder order = TileOrder::make(num_n_blocks, int(problem.heads_kv), int(problem.seqlens.batch), pair_bytes,
-                                          backward_section_bytes(device.l2_bytes), kCausal ? LongestBlock::kFirst : LongestBlock::kNone);
+  const int64_t row_bytes =
+      problem.head_dim * int64_t(2 * sizeof(Element) + sizeof(float)) + 2 * int64_t(sizeof(float));
+  const int64_t pair_bytes = problem.heads_per_kv_head() * problem.seqlens.seqlen_q * row_bytes;
+  const TileOrder order =
+      TileOrder::make(num_n_blocks, int(problem.heads_kv), int(problem.seqlens.batch), pair_bytes,
+                      backward_section_bytes(device.l2_bytes), kCausal ? LongestBlock::kFirst : LongestBlock::kNone);
   typename Kernel::Params params{Mainloop::to_params(problem, workspace, order), Epilogue::to_params(problem)};
   if (!Mainloop::descriptors_encoded(params.mainloop)) {  // the backstop of tma.hpp's encoded()
     return set_error(Status::kInternal, "sm90 backward: the driver refused a TMA descriptor (cuTensorMapEncodeTiled) "
@@ -69,11 +70,11 @@ Status launch_backward_main(BackwardProblem const& problem, BackwardWorkspace co
   return error == cudaSuccess ? Status::kOk : cuda_failure("backward kernel launch", error);
 }
 
-// `workspace`: at least backward_workspace_bytes<Element, kHeadDim>(problem) bytes of device memory,
-// in any state: the preprocess initialises what the main kernel reads.
-template <class Element, int kHeadDim>
-Status launch_backward(BackwardProblem const& problem, void* workspace_memory) {
-  using Config = BackwardConfigFor<Element, kHeadDim>;
+// The three kernels for the tiles of Config and the mask kCausal.
+template <class Config, bool kCausal>
+Status launch_backward_kernels(BackwardProblem const& problem, void* workspace_memory) {
+  using Element = typename Config::Element;
+  constexpr int kHeadDim = Config::kHeadDim;
   constexpr int kBlockM = Config::kBlockM;
   size_t bytes = 0;
   const BackwardWorkspace workspace = BackwardWorkspace::make(problem, kBlockM, workspace_memory, &bytes);
@@ -101,9 +102,10 @@ Status launch_backward(BackwardProblem const& problem, void* workspace_memory) {
 
   if (main_ctas > 0) {
     const int n_blocks = int(num_n_blocks);
-    const Status status = problem.causal ? launch_backward_main<Config, true>(problem, workspace, n_blocks, stream)
-                                         : launch_backward_main<Config, false>(problem, workspace, n_blocks, stream);
-    if (status != Status::kOk) return status;
+    if (Status status = launch_backward_main<Config, kCausal>(problem, workspace, n_blocks, stream);
+        status != Status::kOk) {
+      return status;
+    }
   }
 
   using Postprocess = BackwardPostprocess<Config>;
@@ -112,6 +114,15 @@ Status launch_backward(BackwardProblem const& problem, void* workspace_memory) {
   backward_rows_kernel<Postprocess><<<dim3(unsigned(row_ctas)), Postprocess::kThreads, 0, stream>>>(post);
   error = cudaGetLastError();
   return error == cudaSuccess ? Status::kOk : cuda_failure("backward postprocess launch", error);
+}
+
+// `workspace`: at least backward_workspace_bytes<Element, kHeadDim>(problem) bytes of device memory,
+// in any state: the preprocess initialises what the main kernel reads.
+template <class Element, int kHeadDim>
+Status launch_backward(BackwardProblem const& problem, void* workspace_memory) {
+  return problem.causal
+             ? launch_backward_kernels<BackwardConfigFor<Element, kHeadDim, true>, true>(problem, workspace_memory)
+             : launch_backward_kernels<BackwardConfigFor<Element, kHeadDim, false>, false>(problem, workspace_memory);
 }
 
 }  // namespace hopattn::sm90

@@ -94,6 +94,38 @@ TEST(CausalMask, TileVisibilityEqualsTheRowRule) {
   }
 }
 
+// The first unmasked query block against each tile's all_visible(), which the test above holds to
+// the row rule: all the tiles from it on are all visible, none before it.
+TEST(CausalMask, FirstUnmaskedRowBlockSplitsTheTiles) {
+  const int64_t lengths[] = {0, 1, 2, 5, 63, 64, 65, 127, 128, 129, 191, 192, 193, 300};
+  for (const auto& [block_rows, block_keys] : {std::pair{4, 8}, std::pair{8, 4}, std::pair{64, 128}, std::pair{64, 64},
+                                               std::pair{128, 128}}) {
+    for (bool causal : {false, true}) {
+      for (int64_t seqlen_q : lengths) {
+        for (int64_t seqlen_k : lengths) {
+          for (int64_t first_key = 0; first_key < seqlen_k + 2 * block_keys; first_key += block_keys) {
+            const int64_t first =
+                first_unmasked_row_block(causal, first_key, block_rows, block_keys, seqlen_q, seqlen_k);
+            for (int64_t m = 0; m * block_rows < seqlen_q + 2 * block_rows; ++m) {
+              const TileVisibility tile =
+                  tile_visibility(causal, m * block_rows, first_key, block_rows, block_keys, seqlen_q, seqlen_k);
+              ASSERT_EQ(tile.all_visible(), m >= first) << causal << " " << seqlen_q << " " << seqlen_k << " "
+                                                        << first_key << " " << m << " " << block_rows;
+            }
+          }
+        }
+      }
+    }
+  }
+  // At the ends of int64 (a broadcast k), still exact, and no overflow.
+  for (int64_t seqlen : {INT64_MAX, INT64_MAX - 1}) {
+    EXPECT_EQ(first_unmasked_row_block(true, 0, 64, 128, seqlen, seqlen), 2);  // rows 127 on see 128 keys
+    EXPECT_EQ(first_unmasked_row_block(true, seqlen - 128, 64, 128, seqlen, seqlen), (seqlen - 1) / 64 + 1);
+    EXPECT_EQ(first_unmasked_row_block(true, seqlen - 127, 64, 128, seqlen, seqlen), INT64_MAX);
+    EXPECT_EQ(first_unmasked_row_block(true, 0, 64, 128, 1, seqlen), 0);
+  }
+}
+
 // A forward's computed cells (a tile shape's waste) against counting, tile by tile, those with
 // some visible score within the sequence.
 TEST(CausalMask, ComputedScoreCellsCountTheTilesWithAVisibleScore) {

@@ -225,8 +225,9 @@ TEST_P(Sm90Backward, MatchesFloat64Reference) {
 // Every built dtype x head_dim x causal x seqlen; GQA groups of 1 and 4 and a strided view rotate
 // across the matrix. seqlen_q > seqlen_k with the causal mask leaves the first rows without keys.
 std::vector<Case> shape_matrix() {
-  const std::pair<int64_t, int64_t> seqlens[] = {{1, 1}, {17, 17}, {128, 128}, {129, 129}, {300, 300},
-                                                 {300, 77}, {77, 300}, {1, 300}};
+  // 128 and 160 end on block boundaries: 128 those of 64 and 128 rows or keys, 160 those of 80 rows.
+  const std::pair<int64_t, int64_t> seqlens[] = {{1, 1}, {17, 17}, {128, 128}, {129, 129}, {160, 160},
+                                                 {300, 300}, {300, 77}, {77, 300}, {1, 300}};
   std::vector<Case> cases;
   int rotation = 0;
   for (hopattn_dtype dtype : {HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16}) {
@@ -351,8 +352,9 @@ std::vector<VarlenCase> varlen_matrix() {
       if (!backward_built(dtype, head_dim)) continue;
       for (bool causal : {false, true}) {
         for (bool seqused : {false, true}) {
+          // GQA (groups of 4) with each mask, and with seqused_k and without.
           cases.push_back({dtype, head_dim, causal, q_lengths, k_lengths, seqused ? k_used : std::vector<int32_t>{}, 2,
-                           causal ? 4 : 1});
+                           causal == seqused ? 1 : 4});
         }
       }
     }

@@ -65,7 +65,7 @@ struct ForwardEpilogue {
   // `buffer`: the mainloop's P V operand buffer, free once every consumer's last P V has retired.
   template <class TensorO, class RowStats>
   __device__ static void store(Params const& params, void* buffer,
-                               cutlass::arch::ClusterBarrier& output_drained, TileCoord const& tile,
+                               cutlass::arch::ClusterBarrier& output_drained, PairBlock const& tile,
                                Sequence const& seq, int thread_idx, TensorO const& output,
                                RowStats const& lse) {
     typename Config::TiledMmaPV mma_pv;
@@ -82,13 +82,13 @@ struct ForwardEpilogue {
     cutlass::arch::fence_view_async_shared();
     barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputStaged);
 
-    const int first_row = tile.m_block * kBlockM;
+    const int first_row = tile.block * kBlockM;
     const int rows = min(kBlockM, int(seq.seqlen_q) - first_row);
     if (!params.seqlens.varlen()) {
       if (thread_idx == 0) {
         Tensor mO = params.tma_store_o.get_tma_tensor(params.shape_o);
         Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                               make_coord(tile.m_block, _0{}));
+                               make_coord(tile.block, _0{}));
         auto [tOgO_tma, tOsO_tma] = tma_partition(params.tma_store_o, _0{}, Layout<_1>{},
                                                   group_modes<0, 2>(sO), group_modes<0, 2>(gO));
         copy(params.tma_store_o, tOsO_tma, tOgO_tma);
@@ -111,9 +111,9 @@ struct ForwardEpilogue {
 
   // A tile whose rows see no key: O = 0 and LSE = -inf, written from registers (shared memory and
   // the pipelines are not involved, so the producer skips such tiles).
-  __device__ static void store_empty(Params const& params, TileCoord const& tile, Sequence const& seq,
+  __device__ static void store_empty(Params const& params, PairBlock const& tile, Sequence const& seq,
                                      int thread_idx) {
-    const int first_row = tile.m_block * kBlockM;
+    const int first_row = tile.block * kBlockM;
     const int rows = min(kBlockM, int(seq.seqlen_q) - first_row);
     for (int chunk = thread_idx; chunk < rows * kChunksPerRow; chunk += kNumMmaThreads) {
       const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * kChunk;
@@ -130,7 +130,7 @@ struct ForwardEpilogue {
 
  private:
   template <class RowStats>
-  __device__ static void store_lse(Params const& params, TileCoord const& tile, Sequence const& seq,
+  __device__ static void store_lse(Params const& params, PairBlock const& tile, Sequence const& seq,
                                    int thread_idx, RowStats const& lse) {
     typename Config::TiledMmaQK mma_qk;  // same row ownership as the P V accumulator
     Tensor rows = mma_qk.get_thread_slice(thread_idx).partition_C(
@@ -139,7 +139,7 @@ struct ForwardEpilogue {
     if (thread_idx % 4 != 0) return;  // the quad's first thread holds column 0 of its rows
     CUTE_UNROLL
     for (int r = 0; r < size(lse); ++r) {
-      const int row = tile.m_block * kBlockM + get<0>(rows_cols(r, 0));
+      const int row = tile.block * kBlockM + get<0>(rows_cols(r, 0));
       if (row < seq.seqlen_q) params.lse[lse_index(params.seqlens, seq, params.heads_q, tile.head, row)] = lse(r);
     }
   }

@@ -43,19 +43,18 @@ struct ForwardKernel {
   // The rows and key blocks of one tile. A tile past its sequence's end (variable-length batches
   // size the grid by the longest sequence) has no rows and is skipped by every role alike.
   struct TileWork {
-    TileCoord coord;
+    PairBlock coord;  // a query block
     Sequence seq;
     typename Mainloop::Mask mask;
     int key_block_end;
 
     __device__ TileWork(Params const& params, int tile) {
-      const PairBlock block = params.scheduler.order.coord(tile);
-      coord = {block.block, block.head, block.batch};
+      coord = params.scheduler.order.coord(tile);
       seq = sequence_of(params.mainloop.seqlens, coord.batch);
       mask = {int(seq.seqlen_q), int(seq.seqlen_k), Mainloop::key_shift(params.mainloop, seq)};
-      key_block_end = has_rows() ? mask.key_block_end(coord.m_block) : 0;
+      key_block_end = has_rows() ? mask.key_block_end(coord.block) : 0;
     }
-    __device__ bool has_rows() const { return coord.m_block * Config::kBlockM < seq.seqlen_q; }
+    __device__ bool has_rows() const { return coord.block * Config::kBlockM < seq.seqlen_q; }
   };
 
   __device__ __forceinline__ void operator()(Params const& params, char* shared_memory) {

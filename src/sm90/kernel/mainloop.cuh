@@ -29,6 +29,7 @@
 
 #include "core/problem.hpp"
 #include "sm90/kernel/mask.cuh"
+#include "sm90/kernel/matrix_stores.hpp"
 #include "sm90/kernel/named_barriers.hpp"
 #include "sm90/kernel/softmax.cuh"
 #include "sm90/kernel/swizzled_offsets.hpp"
@@ -185,7 +186,7 @@ struct ForwardMainloop {
 
   // Run by the whole producer warp (the named barrier counts it); `leader` issues the copies.
   __device__ static void load(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
-                              Pipeline& v_pipeline, PipelineState& write_state, TileCoord const& tile,
+                              Pipeline& v_pipeline, PipelineState& write_state, PairBlock const& tile,
                               Sequence const& seq, int key_block_end, int work_idx, bool leader) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKV{});
@@ -209,7 +210,7 @@ struct ForwardMainloop {
       }
     }();
     Tensor mV = domain_offset(key_origin, params.tma_load_v.get_tma_tensor(params.shape_v)(_, _, head_kv, tensor_batch));
-    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(tile.m_block, _0{}));
+    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(tile.block, _0{}));
     Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gV = [&] {
       if constexpr (Config::kVTransposedInput) {
@@ -338,9 +339,8 @@ struct ForwardMainloop {
         asm volatile("ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                      : "r"(load));
-        asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(store),
-                     "r"(__byte_perm(r0, r1, first)), "r"(__byte_perm(r0, r1, second)),
-                     "r"(__byte_perm(r2, r3, first)), "r"(__byte_perm(r2, r3, second)));
+        store_matrix_x4(store, __byte_perm(r0, r1, first), __byte_perm(r0, r1, second), __byte_perm(r2, r3, first),
+                        __byte_perm(r2, r3, second));
       }
     }
   }
@@ -361,7 +361,7 @@ struct ForwardMainloop {
   template <class PvPipeline, class TensorO, class RowStats>
   __device__ __forceinline__ static void mma(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
                                              PvPipeline& v_pipeline, PipelineState& read_state,
-                                             TileCoord const& tile, Sequence const& seq, Mask const& mask,
+                                             PairBlock const& tile, Sequence const& seq, Mask const& mask,
                                              int key_block_end, int work_idx, int thread_idx, TensorO& output,
                                              RowStats& lse) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
@@ -370,12 +370,12 @@ struct ForwardMainloop {
 
     typename Config::TiledMmaQK mma_qk;
     typename Config::TiledMmaPV mma_pv;
-    auto thread_qk = mma_qk.get_thread_slice(thread_idx);
-    auto thread_pv = mma_pv.get_thread_slice(thread_idx);
-    Tensor tSrQ = thread_qk.partition_fragment_A(sQ);
-    Tensor tSrK = thread_qk.partition_fragment_B(sK);
-    Tensor tOrVt = thread_pv.partition_fragment_B(sVt);
-    Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    auto operands_qk = warpgroup_operand_slice(mma_qk, thread_idx);
+    Tensor tSrQ = operands_qk.partition_fragment_A(sQ);
+    Tensor tSrK = operands_qk.partition_fragment_B(sK);
+    Tensor tOrVt = warpgroup_operand_slice(mma_pv, thread_idx).partition_fragment_B(sVt);
+    Tensor tScS =
+        mma_qk.get_thread_slice(thread_idx).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
     using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks>;
@@ -393,7 +393,7 @@ struct ForwardMainloop {
       Tensor rows = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const int row = min(tile.m_block * kBlockM + int(get<0>(rows(r, 0))), int(seq.seqlen_q) - 1);
+        const int row = min(tile.block * kBlockM + int(get<0>(rows(r, 0))), int(seq.seqlen_q) - 1);
         Fp8Scales const& q_scales = params.descales.q;
         q_descale(r) = usable_scale(__ldg(q_scales.data + q_scales.index(seq.tensor_batch, tile.head, seq.q_begin + row)));
       }
@@ -420,7 +420,7 @@ struct ForwardMainloop {
 
     const Pingpong pingpong;
     const int unmasked_begin = mask.unmasked_key_block_begin();
-    const int unmasked_end = mask.unmasked_key_block_end(tile.m_block);
+    const int unmasked_end = mask.unmasked_key_block_end(tile.block);
     PipelineState& k_state = read_state;
     PipelineState v_state = read_state;  // V trails K by one block: P of the previous block waits for it
     shared.q_full.wait(work_idx % 2);
@@ -433,8 +433,8 @@ struct ForwardMainloop {
     k_pipeline.consumer_wait(k_state);
     if constexpr (Config::kQInRegisters) {
       typename Config::TiledMmaQKShared mma_qk_shared;
-      auto thread_qk_shared = mma_qk_shared.get_thread_slice(thread_idx);
-      warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/false>(mma_qk_shared, thread_qk_shared.partition_fragment_A(sQ),
+      auto operands_qk_shared = warpgroup_operand_slice(mma_qk_shared, thread_idx);
+      warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/false>(mma_qk_shared, operands_qk_shared.partition_fragment_A(sQ),
                                                           tSrK(_, _, _, k_state.index()), scores);
       auto q_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
       auto thread_q_copy = q_copy.get_thread_slice(thread_idx);
@@ -447,7 +447,7 @@ struct ForwardMainloop {
     }
     k_pipeline.consumer_release(k_state);
     ++k_state;
-    if (n_block >= unmasked_end || n_block < unmasked_begin) mask.apply(scores, tScS, tile.m_block, n_block);
+    if (n_block >= unmasked_end || n_block < unmasked_begin) mask.apply(scores, tScS, tile.block, n_block);
     softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
     Tensor p = convert_p(scores);
     // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
@@ -470,7 +470,7 @@ struct ForwardMainloop {
       warpgroup_fence_operand(next_scores);
       k_pipeline.consumer_release(k_state);
       ++k_state;
-      if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.m_block, n_block);
+      if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.block, n_block);
       pending_rescale = softmax_step(next_scores, n_block);
       warpgroup_wait<0>();
       warpgroup_fence_operand(output);

@@ -42,11 +42,6 @@ struct PairBlock {
   int block, head, batch;
 };
 
-// The forward's tile: a query block of one (batch, head) pair.
-struct TileCoord {
-  int m_block, head, batch;
-};
-
 // The callers' shares of L2 for a causal section's shared streams (the reasons above).
 constexpr int64_t forward_section_bytes(int64_t l2_bytes) { return l2_bytes / 2; }
 constexpr int64_t backward_section_bytes(int64_t l2_bytes) { return l2_bytes * 2 / 3; }

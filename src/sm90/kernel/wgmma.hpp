@@ -29,6 +29,21 @@ __device__ __forceinline__ void warpgroup_gemm(TiledMma& tiled_mma, TA const& a,
   if constexpr (kAInRegisters) warpgroup_fence_operand(const_cast<TA&>(a));
 }
 
+// thread_idx / 128, taken through a shuffle: ptxas then knows it to be warp-uniform, so values and
+// branches derived from it stay in uniform registers (from thread_idx / 128 itself they do not).
+__device__ __forceinline__ int uniform_warpgroup_of(int thread_idx) {
+  return __shfl_sync(0xffffffff, thread_idx / 128, 0);
+}
+
+// The slice of `tiled_mma` that partitions a warpgroup's shared-memory operands. Their descriptors
+// depend on the warpgroup only: sliced at its first thread (uniform_warpgroup_of) they stay in
+// uniform registers; sliced at the thread's own index they were built per thread and moved over
+// with two R2UR before each WGMMA.
+template <class TiledMma>
+__device__ __forceinline__ auto warpgroup_operand_slice(TiledMma const& tiled_mma, int thread_idx) {
+  return tiled_mma.get_thread_slice(uniform_warpgroup_of(thread_idx) * 128);
+}
+
 // An SM90 accumulator fragment is ((2 columns, 2 rows, N/8 column groups), MMA_M, MMA_N): each thread
 // holds two adjacent columns in rows r and r + 8 of every 8-column group. This view indexes the same
 // registers as (rows, columns) so that row reductions read naturally.

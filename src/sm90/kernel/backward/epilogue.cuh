@@ -43,9 +43,9 @@ struct BackwardEpilogue {
     return {static_cast<Element*>(p.dk), static_cast<Element*>(p.dv), p.dk_stride, p.dv_stride, p.softmax_scale};
   }
 
-  // Run by every consumer thread. A key block that no query sees (a sequence without queries)
-  // stores dK = dV = 0 the same way. `staging_dk` and `staging_dv`: kBlockN x kHeadDim elements of
-  // shared memory each, which the mainloop's products read until this waits for them.
+  // Run by every consumer thread after the mainloop. `staging_dk` and `staging_dv`: kBlockN x
+  // kHeadDim elements of shared memory each, which the mainloop's products read until this waits
+  // for them.
   template <class Work, class FragdK, class FragdV>
   __device__ static void store(Params const& params, Work const& work, int thread_idx, FragdK& dk, FragdV const& dv,
                                Element* staging_dk, Element* staging_dv) {
@@ -64,6 +64,14 @@ struct BackwardEpilogue {
     asm volatile("" ::: "memory");
     store_rows(params.dk, params.dk_stride, work, staging_dk, thread_idx);
     store_rows(params.dv, params.dv_stride, work, staging_dv, thread_idx);
+  }
+
+  // Run by every consumer thread, instead of the mainloop and store(), for a key block that no
+  // query sees (a sequence without queries): dK = dV = 0 for its rows.
+  template <class Work>
+  __device__ static void store_zeros(Params const& params, Work const& work, int thread_idx) {
+    store_rows(params.dk, params.dk_stride, work, nullptr, thread_idx);
+    store_rows(params.dv, params.dv_stride, work, nullptr, thread_idx);
   }
 
  private:
@@ -90,7 +98,8 @@ struct BackwardEpilogue {
     }
   }
 
-  // Consecutive threads store consecutive 16-byte chunks of the tile's rows.
+  // Consecutive threads store consecutive 16-byte chunks of the tile's rows: from `staging`, or
+  // zeros where it is null.
   template <class Work>
   __device__ static void store_rows(Element* out, Strides const& stride, Work const& work, Element const* staging,
                                     int thread_idx) {
@@ -102,7 +111,7 @@ struct BackwardEpilogue {
       const int64_t key = first_key + row;
       if (key >= work.key_rows) break;  // rows only grow with i
       uint4 bits = make_uint4(0, 0, 0, 0);
-      if (key < work.seq.seqlen_k) {
+      if (staging != nullptr && key < work.seq.seqlen_k) {
         bits = *reinterpret_cast<uint4 const*>(staging + row * kHeadDim + (chunk ^ (row & kSwizzle)) * kChunk);
       }
       Element* row_out = out + row_offset(stride, work.seq.tensor_batch, work.seq.k_begin + key, work.head_kv);

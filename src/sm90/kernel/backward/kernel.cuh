@@ -60,12 +60,20 @@ struct BackwardKernel {
     } else {
       cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
       const int thread_idx = int(threadIdx.x) - 128;
+      // No path may carry dK and dV around the mainloop into the epilogue: their zeros would be
+      // set before setmaxnreg raised the register limit, and ptxas then keeps them below the
+      // launch's 168 registers for their whole life (at head_dim 64 with 128 queries a step it
+      // spills them and serialises every WGMMA).
+      if (work.steps() == 0) {
+        Epilogue::store_zeros(params.epilogue, work, thread_idx);
+        return;
+      }
       typename Config::TiledMmadKV mma_dkv;
       Tensor dk = partition_fragment_C(mma_dkv, Shape<Int<Config::kBlockN>, Int<Config::kHeadDim>>{});
       Tensor dv = partition_fragment_C(mma_dkv, Shape<Int<Config::kBlockN>, Int<Config::kHeadDim>>{});
       clear(dk);
       clear(dv);
-      if (work.steps() > 0) Mainloop::mma(params.mainloop, shared, q_pipeline, do_pipeline, work, thread_idx, dk, dv);
+      Mainloop::mma(params.mainloop, shared, q_pipeline, do_pipeline, work, thread_idx, dk, dv);
       // Q's and dO's buffers stage dK and dV: every load into them has landed (the consumers waited
       // for each), and the epilogue waits until both warpgroups' products that read them retired.
       Epilogue::store(params.epilogue, work, thread_idx, dk, dv, shared.q.data(), shared.d_o.data());

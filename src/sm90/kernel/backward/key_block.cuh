@@ -27,6 +27,7 @@ struct KeyBlockWork {
   Sequence seq;
   int64_t key_rows;    // keys whose dK and dV this kernel stores: seq.seqlen_k, then zeros up to here
   int m_begin, m_end;  // query blocks [m_begin, m_end) see some key of this block
+  int unmasked_m_begin;  // query blocks from here on see every key of this block: no mask
   int group;           // query heads per kv head: each is a further pass over the query blocks
 
   __device__ KeyBlockWork(SeqlenLayout const& seqlens, TileOrder const& order, int heads_per_kv_head) {
@@ -45,6 +46,9 @@ struct KeyBlockWork {
       const int64_t first_row = int64_t(n_block) * kBlockN - seq.seqlen_k + seq.seqlen_q;
       m_begin = first_row <= 0 ? 0 : int(first_row >= seq.seqlen_q ? m_end : first_row / kBlockM);
     }
+    const int64_t unmasked = first_unmasked_row_block(kCausal, int64_t(n_block) * kBlockN, kBlockM, kBlockN,
+                                                      seq.seqlen_q, seq.seqlen_k);
+    unmasked_m_begin = unmasked >= m_end ? m_end : int(unmasked);
   }
 
   // Some key of this block has gradients (lies below seqused_k).
@@ -57,6 +61,8 @@ struct KeyBlockWork {
   __device__ int head_of_step(int step) const { return head_kv * group + step / query_blocks(); }
   __device__ int m_block_of_step(int step) const { return m_begin + step % query_blocks(); }
 
+  // Some score of (m_block, this key block) is hidden: visibility() tells which.
+  __device__ bool needs_mask(int m_block) const { return m_block < unmasked_m_begin; }
   // Which scores of (m_block, this key block) are visible: past the sequence's keys and past the
   // causal limit they are not. Queries past the sequence need no mask: their LSE is +inf in the
   // workspace, so P = 0.

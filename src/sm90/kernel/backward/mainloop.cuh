@@ -12,14 +12,13 @@
 // dQ = dS K is summed over key blocks, i.e. over CTAs. Each step, each warpgroup of TiledMmadQ
 // stores its part of the block's dQ in shared memory (Config::dq_accum_offset order, the
 // workspace's order too) and the dQ thread adds each part with one bulk reduce-add
-// (cp.reduce.async.bulk .add.f32): no per-element atomics in the consumers. The parts are both
-// warpgroups' column halves, or (Config::kdQAlternates) the whole block from the warpgroup whose
-// turn the step is. One shared buffer, handed over with two mbarriers per part: dq_full (its 128
-// threads stored their values and fenced them for the async proxy) and dq_empty (the bulk reduce
-// finished reading them; the next step may overwrite). With `deterministic` the CTAs of a query
-// block add in key-block order: a semaphore per (head, query block) counts the key blocks whose
-// adds are complete, and key block n's dQ thread waits for it to reach n; the consumers never
-// wait on it.
+// (cp.reduce.async.bulk .add.f32): no per-element atomics in the consumers. The parts are the
+// warpgroups' halves of the block, by query rows or by head_dim columns (config.hpp). One shared
+// buffer, handed over with two mbarriers per part: dq_full (its 128 threads stored their values
+// and fenced them for the async proxy) and dq_empty (the bulk reduce finished reading them; the
+// next step may overwrite). With `deterministic` the CTAs of a query block add in key-block
+// order: a semaphore per (head, query block) counts the key blocks whose adds are complete, and
+// key block n's dQ thread waits for it to reach n; the consumers never wait on it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -31,6 +30,7 @@
 #include "sm90/kernel/backward/barriers.hpp"
 #include "sm90/kernel/backward/key_block.cuh"
 #include "sm90/kernel/backward/workspace.hpp"
+#include "sm90/kernel/matrix_stores.hpp"
 #include "sm90/kernel/tma.hpp"
 #include "sm90/kernel/wgmma.hpp"
 
@@ -82,6 +82,11 @@ struct BackwardMainloop {
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
   static constexpr int kNumConsumerWarpgroups = Config::kNumConsumerWarpgroups;
   static constexpr bool kSplitHeadDim = Config::kSplitHeadDim;
+  // P in 16 bits, live beside S and dP in float32 until dV's product retires, fits the consumers'
+  // registers while S^T and dP^T hold 32 values per thread (64 queries a step); past that (head_dim
+  // 64's 128 queries, 128's 80) P is rounded for dV only after dS ("late dV"; else ptxas spills).
+  static constexpr int kScoresPerThread = kBlockN * kBlockM / kNumMmaThreads;
+  static constexpr bool kLatedV = !kSplitHeadDim && kScoresPerThread > 32;
   using Work = KeyBlockWork<kBlockM, kBlockN, kCausal>;
 
   struct SharedStorage {
@@ -100,8 +105,8 @@ struct BackwardMainloop {
     // One query block's dQ, part w in the w-th kdQAccumPerWarpgroup floats (Config::dq_accum_offset).
     alignas(128) cute::array_aligned<float, kBlockM * kHeadDim, 128> dq;
     cutlass::arch::ClusterTransactionBarrier kv_full;
-    cutlass::arch::ClusterBarrier dq_full[Config::kdQWarpgroups];   // 128 arrivals: stored and fenced
-    cutlass::arch::ClusterBarrier dq_empty[Config::kdQWarpgroups];  // 1 arrival: read by the reduce
+    cutlass::arch::ClusterBarrier dq_full[kNumConsumerWarpgroups];   // 128 arrivals: stored and fenced
+    cutlass::arch::ClusterBarrier dq_empty[kNumConsumerWarpgroups];  // 1 arrival: read by the reduce
     typename Pipeline::SharedStorage q_pipeline;
     typename Pipeline::SharedStorage do_pipeline;
   };
@@ -147,7 +152,7 @@ struct BackwardMainloop {
   __device__ static void init_barriers(SharedStorage& shared) {
     shared.kv_full.init(1);
     CUTE_UNROLL
-    for (int w = 0; w < Config::kdQWarpgroups; ++w) {
+    for (int w = 0; w < kNumConsumerWarpgroups; ++w) {
       shared.dq_full[w].init(128);
       shared.dq_empty[w].init(1);
     }
@@ -247,41 +252,45 @@ struct BackwardMainloop {
     typename Config::TiledMmaSdP mma_sdp;
     typename Config::TiledMmadKV mma_dkv;
     typename Config::TiledMmadQ mma_dq;
-    auto thread_sdp = mma_sdp.get_thread_slice(thread_idx);
-    auto thread_dkv = mma_dkv.get_thread_slice(thread_idx);
-    // This thread's index in TiledMmadQ, and the part of dQ it stores.
-    const int dq_thread = Config::kdQAlternates ? thread_idx % 128 : thread_idx;
-    const int dq_part = dq_thread / 128;
-    auto thread_dq = mma_dq.get_thread_slice(dq_thread);
-    Tensor tSrK = thread_sdp.partition_fragment_A(sK);
-    Tensor tSrQ = thread_sdp.partition_fragment_B(sQ);
-    Tensor tdPrV = thread_sdp.partition_fragment_A(sV);
-    Tensor tdPrdO = thread_sdp.partition_fragment_B(sdO);
-    Tensor tdVrdOt = thread_dkv.partition_fragment_B(sdOt);
-    Tensor tdKrQt = thread_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = thread_dq.partition_fragment_A(sdS);
-    Tensor tScS = thread_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
-    auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto operands_sdp = warpgroup_operand_slice(mma_sdp, thread_idx);
+    auto operands_dkv = warpgroup_operand_slice(mma_dkv, thread_idx);
+    auto operands_dq = warpgroup_operand_slice(mma_dq, thread_idx);
+    Tensor tSrK = operands_sdp.partition_fragment_A(sK);
+    Tensor tSrQ = operands_sdp.partition_fragment_B(sQ);
+    Tensor tdPrV = operands_sdp.partition_fragment_A(sV);
+    Tensor tdPrdO = operands_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdOt = operands_dkv.partition_fragment_B(sdOt);
+    Tensor tdKrQt = operands_dkv.partition_fragment_B(sQt);
+    // dS (queries, keys, buffer): dQ's A operand, or its B where it computes dQ^T.
+    auto tdQrdS = [&]() {
+      if constexpr (Config::kdQTransposed) {
+        return operands_dq.partition_fragment_B(sdS);
+      } else {
+        return operands_dq.partition_fragment_A(sdS);
+      }
+    }();
+    Tensor tScS = mma_sdp.get_thread_slice(thread_idx).partition_C(
+        make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+    auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);
     auto thread_ds_copy = ds_copy.get_thread_slice(thread_idx);
-    Tensor tdSsdS = thread_ds_copy.partition_D(sdSt);
-    Tensor tPsP = thread_ds_copy.partition_D(sPt);
-    Tensor tdVrPt = thread_dkv.partition_fragment_A(sPt);   // read with kSplitHeadDim only
-    Tensor tdKrdSt = thread_dkv.partition_fragment_A(sdSt);
+    const auto ds_stores = make_buffered_matrix_stores(thread_ds_copy.partition_D(sdSt));
+    // P^T's stores and dV's operand, with kSplitHeadDim only:
+    const auto p_stores = make_buffered_matrix_stores(thread_ds_copy.partition_D(sPt));
+    Tensor tdVrPt = operands_dkv.partition_fragment_A(sPt);
+    Tensor tdKrdSt = operands_dkv.partition_fragment_A(sdSt);
 
     const float scale_log2 = params.scale_log2;
-    const int warpgroup = thread_idx / 128;
+    // The part of dQ this thread stores. Kept per thread: through uniform_warpgroup_of, the
+    // mbarrier addresses it selects cost head_dim 64 a spilled register (a local load per step).
+    const int dq_part = thread_idx / 128;
     float* dq_shared = shared.dq.data();
     PipelineState state;
     shared.kv_full.wait(0);
-    if constexpr (Config::kKVInRegisters) {
-      auto kv_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_sdp);
-      auto thread_kv_copy = kv_copy.get_thread_slice(thread_idx);
-      copy(kv_copy, thread_kv_copy.partition_S(sK), thread_kv_copy.retile_D(tSrK));
-      copy(kv_copy, thread_kv_copy.partition_S(sV), thread_kv_copy.retile_D(tdPrV));
-    }
     const int steps = work.steps();
-    for (int step = 0; step < steps; ++step) {
-      const int m_block = work.m_block_of_step(step);
+    int m_block = work.m_begin;  // work.m_block_of_step(step), without its division
+    // At least one step (kernel.cuh), so no path skips the loop: see the kernel's zero path.
+    int step = 0;
+    do {
       const int stage = int(state.index());
 
       // S^T = K Q^T and dP^T = V dO^T, back to back; P's exponentials run under dP's product.
@@ -293,8 +302,7 @@ struct BackwardMainloop {
       warpgroup_gemm<true, false>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), dp);
       warpgroup_wait<1>();
       warpgroup_fence_operand(scores);
-      const TileVisibility tile = work.visibility(m_block);
-      if (!tile.all_visible()) Work::apply_mask(scores, tScS, tile);
+      if (work.needs_mask(m_block)) Work::apply_mask(scores, tScS, work.visibility(m_block));
 
       // P = exp(scale * S - LSE) = exp2(S * scale_log2 - LSE_log2); the columns are the queries.
       Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
@@ -306,23 +314,33 @@ struct BackwardMainloop {
         CUTE_UNROLL
         for (int r = 0; r < size<0>(s); ++r) s(r, col) = exp2f(s(r, col) * scale_log2 - row_lse);
       }
-      Tensor p = convert_fragment<Element>(scores);
 
       // dV += P^T dO goes in before dP's wait: the product reads P, so ptxas must keep the
       // exponentials above it, under dP's product (it otherwise sinks them below the wait), and
       // dS's arithmetic runs under dV's. With kSplitHeadDim, dV reads P^T from shared memory, once
-      // both warpgroups stored theirs (a barrier of its own, before dS's).
+      // both warpgroups stored theirs (a barrier of its own, before dS's). With kLatedV it goes in
+      // after dS's stores instead (below).
       const int buffer = step % Config::kdSBuffers;
-      if constexpr (!kSplitHeadDim) {
-        warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
-                                     tdVrdOt(_, _, _, stage), dv);
-      } else {
-        copy(ds_copy, thread_ds_copy.retile_S(p), tPsP(_, _, _, buffer));
+      auto issue_dv_from_registers = [&]() CUTLASS_LAMBDA_FUNC_INLINE {
+        if constexpr (!kSplitHeadDim) {  // TiledMmadKV is rs
+          Tensor p = convert_fragment<Element>(scores);
+          warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
+                                       tdVrdOt(_, _, _, stage), dv);
+        }
+      };
+      if constexpr (kSplitHeadDim) {
+        Tensor p = convert_fragment<Element>(scores);
+        p_stores.store(thread_ds_copy.retile_S(p), buffer);
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
         barrier_sync(kNumMmaThreads, BackwardBarrier::kPReady);
         warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
+        warpgroup_wait<1>();
+      } else if constexpr (!kLatedV) {
+        issue_dv_from_registers();
+        warpgroup_wait<1>();
+      } else {
+        warpgroup_wait<0>();
       }
-      warpgroup_wait<1>();
       warpgroup_fence_operand(dp);
 
       // dS = P * (dP - D), from P before its rounding to the element type.
@@ -336,7 +354,10 @@ struct BackwardMainloop {
       }
       Tensor ds = convert_fragment<Element>(dp);
 
-      copy(ds_copy, thread_ds_copy.retile_S(ds), tdSsdS(_, _, _, buffer));
+      ds_stores.store(thread_ds_copy.retile_S(ds), buffer);
+      // The stores are volatile and stay before this product, so dS's arithmetic is done by then
+      // (as ptxas schedules it): dP is dead, and S (P in float32) dies as P is rounded.
+      if constexpr (kLatedV) issue_dv_from_registers();
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
 
@@ -347,64 +368,52 @@ struct BackwardMainloop {
         warpgroup_fence_operand(dk);
         q_pipeline.consumer_release(state);
       };
-      // This warpgroup's head_dim columns of dQ = dS K (all of them, every other step, with
-      // kdQAlternates), over every key of the block, in kdQPasses column tiles one after the other.
-      // Pass n's values are n-th in the order of the whole tile's fragment, which
-      // Config::dq_accum_offset and the postprocess read. dK += dS^T Q goes in behind the first
-      // pass, so that the tensor cores have it while the threads store that pass's dQ. A step
-      // without this warpgroup's dQ takes its own code path: a WGMMA accumulator defined on one
-      // branch only would make ptxas serialise every WGMMA of the kernel (C7515).
-      auto finish_step = [&](auto stores_dq) CUTLASS_LAMBDA_FUNC_INLINE {
-        CUTE_UNROLL
-        for (int pass = 0; pass < Config::kdQPasses; ++pass) {
-          constexpr int kPassColumns = Config::kdQPassColumns;
-          Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kPassColumns>>{});
-          Tensor tdQrKt = thread_dq.partition_fragment_B(
-              local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{})));
-          if (pass == 1) release_q();  // before the second pass, not after it: see release_q
-          if constexpr (stores_dq) warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, dq);
-          if (pass == 0) {
-            if constexpr (kSplitHeadDim) {
-              warpgroup_gemm<false, false>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQt(_, _, _, stage), dk);
-            } else {
-              warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
-                                           tdKrQt(_, _, _, stage), dk);
-            }
-            warpgroup_wait<1>();  // dV and this pass retired; dK may still read Q
-            do_pipeline.consumer_release(state);
-            // The buffer takes dQ once the bulk reduce of the step before has read it (with
-            // kdQAlternates the other warpgroup's: both passed this step's dS barrier, so that
-            // reduce is the one the barrier's phase can be at).
-            if (stores_dq && step > 0) shared.dq_empty[dq_part].wait((step - 1) & 1);
-          } else {
-            warpgroup_wait<0>();
-          }
-          if constexpr (stores_dq) {
-            warpgroup_fence_operand(dq);
-            constexpr int kPassValues = decltype(size(dq))::value;
-            static_assert(kPassValues * Config::kdQPasses == Config::kdQAccumPerThread);
-            CUTE_UNROLL
-            for (int i = 0; i < kPassValues; i += 4) {
-              store_shared_float4(dq_shared + Config::dq_accum_offset(dq_thread, pass * kPassValues + i), dq(i),
-                                  dq(i + 1), dq(i + 2), dq(i + 3));
-            }
-          }
+      // This warpgroup's half of dQ = dS K (by query rows or head_dim columns, config.hpp), over
+      // every key of the block, in kdQPasses column tiles one after the other. Pass n's values are
+      // n-th in the order of the whole tile's fragment, which Config::dq_accum_offset and the
+      // postprocess read. dK += dS^T Q goes in behind the first pass, so that the tensor cores have
+      // it while the threads store that pass's dQ.
+      CUTE_UNROLL
+      for (int pass = 0; pass < Config::kdQPasses; ++pass) {
+        constexpr int kPassColumns = Config::kdQPassColumns;
+        Tensor dq = partition_fragment_C(mma_dq, typename Config::dQPassShape{});
+        Tensor kt_pass = local_tile(sKt, Shape<Int<kPassColumns>, Int<kBlockN>>{}, make_coord(pass, _0{}));
+        if (pass == 1) release_q();  // before the second pass, not after it: see release_q
+        if constexpr (Config::kdQTransposed) {  // dQ^T = K^T dS^T
+          warpgroup_gemm<true, false>(mma_dq, operands_dq.partition_fragment_A(kt_pass), tdQrdS(_, _, _, buffer), dq);
+        } else {
+          warpgroup_gemm<true, false>(mma_dq, tdQrdS(_, _, _, buffer), operands_dq.partition_fragment_B(kt_pass), dq);
         }
-      };
-      const bool stores_dq = !Config::kdQAlternates || step % kNumConsumerWarpgroups == warpgroup;
-      if (stores_dq) {
-        finish_step(true_type{});
-      } else {
-        finish_step(false_type{});
+        if (pass == 0) {
+          if constexpr (kSplitHeadDim) {
+            warpgroup_gemm<false, false>(mma_dkv, tdKrdSt(_, _, _, buffer), tdKrQt(_, _, _, stage), dk);
+          } else {
+            warpgroup_gemm<false, false>(mma_dkv, make_tensor(ds.data(), accumulator_as_operand_a(ds.layout())),
+                                         tdKrQt(_, _, _, stage), dk);
+          }
+          warpgroup_wait<1>();  // dV and this pass retired; dK may still read Q
+          do_pipeline.consumer_release(state);
+          // The buffer takes dQ once the bulk reduce of the step before has read it.
+          if (step > 0) shared.dq_empty[dq_part].wait((step - 1) & 1);
+        } else {
+          warpgroup_wait<0>();
+        }
+        warpgroup_fence_operand(dq);
+        constexpr int kPassValues = decltype(size(dq))::value;
+        static_assert(kPassValues * Config::kdQPasses == Config::kdQAccumPerThread);
+        CUTE_UNROLL
+        for (int i = 0; i < kPassValues; i += 4) {
+          store_shared_float4(dq_shared + Config::dq_accum_offset(thread_idx, pass * kPassValues + i), dq(i),
+                              dq(i + 1), dq(i + 2), dq(i + 3));
+        }
       }
       if constexpr (Config::kdQPasses == 1) release_q();
       ++state;
+      if (++m_block == work.m_end) m_block = work.m_begin;
       // Each thread fences its own stores for the async proxy before arriving.
-      if (stores_dq) {
-        cutlass::arch::fence_view_async_shared();
-        shared.dq_full[dq_part].arrive();
-      }
-    }
+      cutlass::arch::fence_view_async_shared();
+      shared.dq_full[dq_part].arrive();
+    } while (++step < steps);
   }
 
   // Run by one thread of the producer warpgroup for a key block with at least one step: per step,
@@ -436,7 +445,7 @@ struct BackwardMainloop {
           fence_proxy_async_global();
         }
         CUTE_UNROLL
-        for (int w = 0; w < Config::kdQWarpgroups; ++w) {
+        for (int w = 0; w < kNumConsumerWarpgroups; ++w) {
           shared.dq_full[w].wait(step & 1);
           bulk_reduce_add(accum + w * Config::kdQAccumPerWarpgroup,
                           shared.dq.data() + w * Config::kdQAccumPerWarpgroup, Config::kdQAccumWarpgroupBytes);
@@ -446,7 +455,7 @@ struct BackwardMainloop {
         // The buffer is free; after the last step no consumer waits for it.
         if (step + 1 < steps) {
           CUTE_UNROLL
-          for (int w = 0; w < Config::kdQWarpgroups; ++w) shared.dq_empty[w].arrive();
+          for (int w = 0; w < kNumConsumerWarpgroups; ++w) shared.dq_empty[w].arrive();
         }
         if (semaphore != nullptr) {
           bulk_wait_all();  // the adds are performed in global memory before the next key block's

@@ -20,7 +20,7 @@ struct BackwardPostprocess {
   using Element = typename Config::Element;
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockM = Config::kBlockM;
-  static constexpr int kThreads = Config::kdQThreads;
+  static constexpr int kThreads = Config::kNumMmaThreads;
   static constexpr int kChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kChunk;
   static constexpr int kRowPitch = kHeadDim + kChunk;  // elements; keeps rows 16-byte aligned
@@ -48,7 +48,9 @@ struct BackwardPostprocess {
 
     const int thread = int(threadIdx.x);
     typename Config::TiledMmadQ mma_dq;
-    Tensor coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    static_assert(Config::kdQPasses == 1 || !Config::kdQTransposed);
+    Tensor coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(
+        conditional_t<Config::kdQTransposed, Shape<Int<kHeadDim>, Int<kBlockM>>, Shape<Int<kBlockM>, Int<kHeadDim>>>{}));
     static_assert(decltype(size(coords))::value == Config::kdQAccumPerThread);
     CUTE_UNROLL
     for (int i = 0; i < Config::kdQAccumPerThread; i += 4) {
@@ -56,7 +58,8 @@ struct BackwardPostprocess {
       const float values[4] = {v.x, v.y, v.z, v.w};
       CUTE_UNROLL
       for (int j = 0; j < 4; ++j) {
-        tile[get<0>(coords(i + j)) * kRowPitch + get<1>(coords(i + j))] = Element(values[j] * p.softmax_scale);
+        const auto [row, column] = Config::dq_row_column(coords(i + j));
+        tile[row * kRowPitch + column] = Element(values[j] * p.softmax_scale);
       }
     }
     __syncthreads();

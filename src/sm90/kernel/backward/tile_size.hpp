@@ -1,4 +1,4 @@
-// Backward tile sizes per head_dim: the one place that trades registers against shared memory.
+// Backward tile sizes per head_dim and mask: the one place that trades registers against shared memory.
 //
 // Up to head_dim 128 each consumer warpgroup owns 64 keys (kBlockN = 128) and holds, per thread,
 // dK and dV for them (2 x 64 x head_dim / 128 floats) for the CTA's whole life, plus per step S^T
@@ -11,14 +11,20 @@
 // kBlockM; and two of P with kSplitHeadDim) and one query block's float32 dQ, under 227 KB.
 //
 //   head_dim  kBlockM x kBlockN  stages  registers: dK + dV + S + dP  dQ   shared memory: K+V + Q+dO + dS(+P) + dQ
-//   64         64 x 128          2        32 + 32 + 32 + 32        32 (*)  32 + 32 + 32 + 16 = 112 KB
+//   64        128 x 128          2        32 + 32 + 64 + 64          32    32 + 64 + 64 + 32 = 192 KB
 //   96         64 x 128          2        48 + 48 + 32 + 32          24    48 + 48 + 32 + 24 = 152 KB
-//   128        64 x 128          2        64 + 64 + 32 + 32          32    64 + 64 + 32 + 32 = 192 KB
+//   128        80 x 128          2        64 + 64 + 40 + 40          40    64 + 80 + 40 + 40 = 224 KB
+//   128 causal 64 x 128          2        64 + 64 + 32 + 32          32    64 + 64 + 32 + 32 = 192 KB
 //   192        64 x  64          2        48 + 48 + 16 + 16      2 x 24    48 + 96 + 32 + 48 = 224 KB
 //   256        64 x  64          1        64 + 64 + 16 + 16      2 x 32    64 + 64 + 32 + 64 = 224 KB
 //
-// (*) At head_dim 64 one warpgroup a step computes the whole block's dQ (kdQAlternates below), and
-// each warpgroup also holds its keys' K and V (16 + 16, kKVInRegisters).
+// At head_dim 64 a step takes 128 queries (FA3's tile): every product is twice as wide as at 64,
+// and dQ splits by query rows (config.hpp's kdQSplitRows). P is rounded for dV only after dS
+// (the mainloop's kLatedV): P in 16 bits beside S and dP in float32 would not fit.
+// At head_dim 128 without the mask a step takes 80 queries (FA3's tile): a quarter more rows per
+// step's fixed costs (the handshakes, the waits, dQ's reduce). 80 cannot be WGMMA's M, so dQ is
+// computed transposed (config.hpp's kdQTransposed), and P is rounded after dS as at head_dim 64.
+// With the causal mask the step keeps 64 rows, as FA3's does.
 // head_dim 256 has room for one stage of Q and dO only: the next step's loads wait for this
 // step's products to release them. Past head_dim 128, dQ takes two passes of half the columns,
 // one after the other: with all of a warpgroup's dQ live beside dK and dV, ptxas spills dK and
@@ -27,19 +33,13 @@
 
 namespace hopattn::sm90 {
 
-template <int kHeadDim>
+template <int kHeadDim, bool kCausal>
 struct BackwardTileSize {
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "no backward tile size for this head_dim");
-  static constexpr int kBlockM = 64, kBlockN = kHeadDim <= 128 ? 128 : 64, kStages = kHeadDim <= 192 ? 2 : 1;
+  static constexpr int kBlockM = kHeadDim == 64 ? 128 : kHeadDim == 128 && !kCausal ? 80 : 64;
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64, kStages = kHeadDim <= 192 ? 2 : 1;
   static constexpr int kdQPasses = kHeadDim > 128 ? 2 : 1;
-  // At head_dim 64 every ss product of a step is narrow: S^T and dP^T have 64 queries, dQ split by
-  // head_dim halves 32 columns per warpgroup. An ss WGMMA m64nNk16 asks 4096/N + 64 bytes of shared
-  // memory per tensor-core cycle against the SM's 128, so these ask all of it (N = 64) or 1.5x
-  // (N = 32), with Q, dO, dS^T and dQ moving through shared memory on top. K and V in registers
-  // (16 + 16 per thread) take the A operands of S^T and dP^T off it, and dQ whole, one warpgroup a
-  // step, is N = 64: +15-23% at seqlen >= 2k (docs/performance-log.md, b4).
-  static constexpr bool kKVInRegisters = kHeadDim == 64, kdQAlternates = kHeadDim == 64;
 };
 
 }  // namespace hopattn::sm90
