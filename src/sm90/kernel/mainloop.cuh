@@ -370,12 +370,15 @@ struct ForwardMainloop {
 
     typename Config::TiledMmaQK mma_qk;
     typename Config::TiledMmaPV mma_pv;
-    auto operands_qk = warpgroup_operand_slice(mma_qk, thread_idx);
-    Tensor tSrQ = operands_qk.partition_fragment_A(sQ);
-    Tensor tSrK = operands_qk.partition_fragment_B(sK);
-    Tensor tOrVt = warpgroup_operand_slice(mma_pv, thread_idx).partition_fragment_B(sVt);
-    Tensor tScS =
-        mma_qk.get_thread_slice(thread_idx).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    // Operands sliced per thread, not per warpgroup (warpgroup_operand_slice): with the slices'
+    // descriptors in uniform registers BF16 head_dim 256 ran 4-9% slower (FP8 even; performance log,
+    // 2026-12-05, second session).
+    auto thread_qk = mma_qk.get_thread_slice(thread_idx);
+    auto thread_pv = mma_pv.get_thread_slice(thread_idx);
+    Tensor tSrQ = thread_qk.partition_fragment_A(sQ);
+    Tensor tSrK = thread_qk.partition_fragment_B(sK);
+    Tensor tOrVt = thread_pv.partition_fragment_B(sVt);
+    Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
     using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks>;
@@ -433,8 +436,8 @@ struct ForwardMainloop {
     k_pipeline.consumer_wait(k_state);
     if constexpr (Config::kQInRegisters) {
       typename Config::TiledMmaQKShared mma_qk_shared;
-      auto operands_qk_shared = warpgroup_operand_slice(mma_qk_shared, thread_idx);
-      warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/false>(mma_qk_shared, operands_qk_shared.partition_fragment_A(sQ),
+      auto thread_qk_shared = mma_qk_shared.get_thread_slice(thread_idx);
+      warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/false>(mma_qk_shared, thread_qk_shared.partition_fragment_A(sQ),
                                                           tSrK(_, _, _, k_state.index()), scores);
       auto q_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
       auto thread_q_copy = q_copy.get_thread_slice(thread_idx);
