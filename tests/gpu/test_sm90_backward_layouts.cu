@@ -11,149 +11,145 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "sm90/launch_backward.cuh"
 
 namespace hopattn::sm90 {
 namespace {
 
-template <int kHeadDim, bool kCausal>
-void check_ds_stores() {
-  using Config = BackwardConfigFor<cutlass::bfloat16_t, kHeadDim, kCausal>;
-  using Element = typename Config::Element;
-  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
-  SCOPED_TRACE("head_dim " + std::to_string(kHeadDim) + (kCausal ? ", causal" : "") + ": " +
-               std::to_string(kBlockM) + " x " + std::to_string(kBlockN));
-  typename Config::TiledMmaSdP mma_sdp;
-  // Never dereferenced: only addresses are compared. 1024-byte aligned, as the kernel's buffers.
-  Element* const base = reinterpret_cast<Element*>(uintptr_t(1) << 24);
-  Tensor sdSt = make_tensor(make_smem_ptr(base), typename Config::SmemLayoutdSt{});
-  Tensor sdS = make_tensor(make_smem_ptr(base), typename Config::SmemLayoutdS{});
-  auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);  // the mainloop's
-  using Partition = decltype(ds_copy.get_thread_slice(0).partition_D(sdSt));
-  using StoreLayout = decltype(declval<Partition>()(_, _, _, 0).layout());
-  constexpr int kStores = decltype(size(StoreLayout{}))::value / 8;
-  constexpr uint32_t kBufferBytes = decltype(layout<3>(declval<Partition>())(Int<1>{}))::value * sizeof(Element);
-  using Stores = BufferedMatrixStores<kStores, kBufferBytes, StoreLayout>;
-  EXPECT_TRUE(Stores::kOneAddress) << "a warp's stores no longer lie whole swizzle periods apart";
+// Check::run<Config>() for the backward config of every head_dim of src/sm90/instantiations/
+// generate.py, with each mask.
+template <class Check, int kHeadDim, bool kCausal>
+void run_on_tile() {
+  SCOPED_TRACE("head_dim " + std::to_string(kHeadDim) + (kCausal ? ", causal" : ""));
+  Check::template run<BackwardConfigFor<cutlass::bfloat16_t, kHeadDim, kCausal>>();
+}
+template <class Check, int... kHeadDims>
+void run_on_every_tile_of(std::integer_sequence<int, kHeadDims...>) {
+  (run_on_tile<Check, kHeadDims, false>(), ...);
+  (run_on_tile<Check, kHeadDims, true>(), ...);
+}
+template <class Check>
+void run_on_every_backward_tile() {
+  run_on_every_tile_of<Check>(std::integer_sequence<int, 64, 96, 128, 192, 256>{});
+}
 
-  for (int buffer = 0; buffer < Config::kdSBuffers; ++buffer) {
-    std::map<uintptr_t, int> writes;
-    for (int warp = 0; warp < Config::kNumMmaThreads / 32; ++warp) {
-      uintptr_t address[32][kStores];  // each lane's, per store, as BufferedMatrixStores computes them
-      for (int lane = 0; lane < 32; ++lane) {
-        auto partition = ds_copy.get_thread_slice(warp * 32 + lane).partition_D(sdSt);
-        Tensor buffer0 = partition(_, _, _, 0);
-        Tensor this_buffer = partition(_, _, _, buffer);
-        for (int i = 0; i < kStores; ++i) {
-          const int first = Stores::kOneAddress ? 0 : i;
-          address[lane][i] = reinterpret_cast<uintptr_t>(&buffer0(8 * first)) + buffer * kBufferBytes +
-                             (Stores::kOneAddress ? Stores::unswizzled_distance(i) : 0);
-          ASSERT_EQ(address[lane][i], reinterpret_cast<uintptr_t>(&this_buffer(8 * i)))
-              << "thread " << warp * 32 + lane << ", store " << i;
+// Where the consumers' transposing stores put dS.
+struct DsStores {
+  template <class Config>
+  static void run() {
+    using Element = typename Config::Element;
+    constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+    typename Config::TiledMmaSdP mma_sdp;
+    // Never dereferenced: only addresses are compared. 1024-byte aligned, as the kernel's buffers.
+    Element* const base = reinterpret_cast<Element*>(uintptr_t(1) << 24);
+    Tensor sdSt = make_tensor(make_smem_ptr(base), typename Config::SmemLayoutdSt{});
+    Tensor sdS = make_tensor(make_smem_ptr(base), typename Config::SmemLayoutdS{});
+    auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);  // the mainloop's
+    using Partition = decltype(ds_copy.get_thread_slice(0).partition_D(sdSt));
+    using StoreLayout = decltype(declval<Partition>()(_, _, _, 0).layout());
+    constexpr int kStores = decltype(size(StoreLayout{}))::value / 8;
+    constexpr uint32_t kBufferBytes = decltype(layout<3>(declval<Partition>())(Int<1>{}))::value * sizeof(Element);
+    using Stores = BufferedMatrixStores<kStores, kBufferBytes, StoreLayout>;
+    EXPECT_TRUE(Stores::kOneAddress) << "a warp's stores no longer lie whole swizzle periods apart";
+
+    for (int buffer = 0; buffer < Config::kdSBuffers; ++buffer) {
+      std::map<uintptr_t, int> writes;
+      for (int warp = 0; warp < Config::kNumMmaThreads / 32; ++warp) {
+        uintptr_t address[32][kStores];  // each lane's, per store, as BufferedMatrixStores computes them
+        for (int lane = 0; lane < 32; ++lane) {
+          auto partition = ds_copy.get_thread_slice(warp * 32 + lane).partition_D(sdSt);
+          Tensor buffer0 = partition(_, _, _, 0);
+          Tensor this_buffer = partition(_, _, _, buffer);
+          for (int i = 0; i < kStores; ++i) {
+            const int first = Stores::kOneAddress ? 0 : i;
+            address[lane][i] = reinterpret_cast<uintptr_t>(&buffer0(8 * first)) + buffer * kBufferBytes +
+                               (Stores::kOneAddress ? Stores::unswizzled_distance(i) : 0);
+            ASSERT_EQ(address[lane][i], reinterpret_cast<uintptr_t>(&this_buffer(8 * i)))
+                << "thread " << warp * 32 + lane << ", store " << i;
+          }
         }
-      }
-      for (int lane = 0; lane < 32; ++lane) {
-        const int thread = warp * 32 + lane;
-        Tensor coords = mma_sdp.get_thread_slice(thread).partition_C(
-            make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
-        // Each fragment value tagged with its index, read back in the order the stores take them.
-        Tensor tags = make_tensor<int>(partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{}).layout());
-        for (int k = 0; k < size(tags); ++k) tags(k) = k;
-        Tensor store_order = ds_copy.get_thread_slice(thread).retile_S(tags);
-        ASSERT_EQ(int(size(store_order)), 8 * kStores);
-        for (int i = 0; i < kStores; ++i) {
-          for (int matrix = 0; matrix < 4; ++matrix) {
-            for (int half = 0; half < 2; ++half) {
-              const auto coord = coords(store_order(8 * i + 2 * matrix + half));
-              const int key = get<0>(coord), query = get<1>(coord);
-              // stmatrix .trans: this lane's element (row lane / 4, column 2 (lane % 4) + half) of
-              // the matrix goes to its row 2 (lane % 4) + half, whose address lane 8 matrix + that
-              // row gives, at element lane / 4.
-              const int row = 2 * (lane % 4) + half;
-              const uintptr_t stored = address[8 * matrix + row][i] + sizeof(Element) * (lane / 4);
-              ASSERT_EQ(stored, reinterpret_cast<uintptr_t>(&sdS(query, key, buffer)))
-                  << "thread " << thread << ", store " << i << ", key " << key << ", query " << query;
-              ++writes[stored];
+        for (int lane = 0; lane < 32; ++lane) {
+          const int thread = warp * 32 + lane;
+          Tensor coords = mma_sdp.get_thread_slice(thread).partition_C(
+              make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+          // Each fragment value tagged with its index, read back in the order the stores take them.
+          Tensor tags = make_tensor<int>(partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{}).layout());
+          for (int k = 0; k < size(tags); ++k) tags(k) = k;
+          Tensor store_order = ds_copy.get_thread_slice(thread).retile_S(tags);
+          ASSERT_EQ(int(size(store_order)), 8 * kStores);
+          for (int i = 0; i < kStores; ++i) {
+            for (int matrix = 0; matrix < 4; ++matrix) {
+              for (int half = 0; half < 2; ++half) {
+                const auto coord = coords(store_order(8 * i + 2 * matrix + half));
+                const int key = get<0>(coord), query = get<1>(coord);
+                // stmatrix .trans: this lane's element (row lane / 4, column 2 (lane % 4) + half) of
+                // the matrix goes to its row 2 (lane % 4) + half, whose address lane 8 matrix + that
+                // row gives, at element lane / 4.
+                const int row = 2 * (lane % 4) + half;
+                const uintptr_t stored = address[8 * matrix + row][i] + sizeof(Element) * (lane / 4);
+                ASSERT_EQ(stored, reinterpret_cast<uintptr_t>(&sdS(query, key, buffer)))
+                    << "thread " << thread << ", store " << i << ", key " << key << ", query " << query;
+                ++writes[stored];
+              }
             }
           }
         }
       }
+      EXPECT_EQ(writes.size(), size_t(kBlockM) * kBlockN) << "buffer " << buffer;
+      for (auto const& [stored, count] : writes) ASSERT_EQ(count, 1) << "buffer " << buffer;
     }
-    EXPECT_EQ(writes.size(), size_t(kBlockM) * kBlockN) << "buffer " << buffer;
-    for (auto const& [stored, count] : writes) ASSERT_EQ(count, 1) << "buffer " << buffer;
   }
-}
+};
 
-template <int kHeadDim, bool kCausal>
-void check_dq_accumulator() {
-  using Config = BackwardConfigFor<cutlass::bfloat16_t, kHeadDim, kCausal>;
-  constexpr int kBlockM = Config::kBlockM, kPassColumns = Config::kdQPassColumns;
-  SCOPED_TRACE("head_dim " + std::to_string(kHeadDim) + (kCausal ? ", causal" : "") + ": " +
-               std::to_string(kBlockM) + " rows");
-  typename Config::TiledMmadQ mma_dq;
-  // The accumulator slot each (row, column) of the block is stored to by the mainloop.
-  std::map<std::pair<int, int>, int> stored;
-  std::map<int, int> slot_writes;
-  for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
-    // The mainloop: pass p's fragment over dQPassShape, its columns p * kPassColumns on.
-    Tensor pass_coords =
-        mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(typename Config::dQPassShape{}));
-    constexpr int kPassValues = decltype(size(pass_coords))::value;
-    for (int pass = 0; pass < Config::kdQPasses; ++pass) {
-      for (int i = 0; i < kPassValues; ++i) {
-        const auto [row, column] = Config::dq_row_column(pass_coords(i));
-        ASSERT_TRUE(row < kBlockM && column < kPassColumns) << "(row, column) outside the pass's tile";
-        const int slot = Config::dq_accum_offset(thread, pass * kPassValues + i);
-        ASSERT_TRUE(stored.emplace(std::make_pair(int(row), int(column) + pass * kPassColumns), slot).second)
-            << "thread " << thread << " pass " << pass << " value " << i << ": (row, column) stored twice";
-        ++slot_writes[slot];
+// What the mainloop stores of dQ against what the postprocess reads back.
+struct DqAccumulator {
+  template <class Config>
+  static void run() {
+    constexpr int kHeadDim = Config::kHeadDim, kBlockM = Config::kBlockM, kPassColumns = Config::kdQPassColumns;
+    typename Config::TiledMmadQ mma_dq;
+    // The accumulator slot each (row, column) of the block is stored to by the mainloop.
+    std::map<std::pair<int, int>, int> stored;
+    std::map<int, int> slot_writes;
+    for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
+      // The mainloop: pass p's fragment over dQPassShape, its columns p * kPassColumns on.
+      Tensor pass_coords =
+          mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(typename Config::dQPassShape{}));
+      constexpr int kPassValues = decltype(size(pass_coords))::value;
+      for (int pass = 0; pass < Config::kdQPasses; ++pass) {
+        for (int i = 0; i < kPassValues; ++i) {
+          const auto [row, column] = Config::dq_row_column(pass_coords(i));
+          ASSERT_TRUE(row < kBlockM && column < kPassColumns) << "(row, column) outside the pass's tile";
+          const int slot = Config::dq_accum_offset(thread, pass * kPassValues + i);
+          ASSERT_TRUE(stored.emplace(std::make_pair(int(row), int(column) + pass * kPassColumns), slot).second)
+              << "thread " << thread << " pass " << pass << " value " << i << ": (row, column) stored twice";
+          ++slot_writes[slot];
+        }
+      }
+    }
+    ASSERT_EQ(stored.size(), size_t(kBlockM) * kHeadDim);
+    ASSERT_EQ(slot_writes.size(), size_t(kBlockM) * kHeadDim);
+    for (auto const& [slot, count] : slot_writes) {
+      ASSERT_TRUE(slot >= 0 && slot < kBlockM * kHeadDim && count == 1) << "slot " << slot;
+    }
+    // The postprocess: the whole block's fragment, read back from the same slots.
+    for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
+      Tensor coords =
+          mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(typename Config::dQBlockShape{}));
+      for (int i = 0; i < Config::kdQAccumPerThread; ++i) {
+        const auto [row, column] = Config::dq_row_column(coords(i));
+        ASSERT_EQ(stored.at(std::make_pair(int(row), int(column))), Config::dq_accum_offset(thread, i))
+            << "thread " << thread << " value " << i << " (row " << row << ", column " << column << ")";
       }
     }
   }
-  ASSERT_EQ(stored.size(), size_t(kBlockM) * kHeadDim);
-  ASSERT_EQ(slot_writes.size(), size_t(kBlockM) * kHeadDim);
-  for (auto const& [slot, count] : slot_writes) {
-    ASSERT_TRUE(slot >= 0 && slot < kBlockM * kHeadDim && count == 1) << "slot " << slot;
-  }
-  // The postprocess: the whole block's fragment, read back from the same slots.
-  for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
-    using WholeShape = conditional_t<Config::kdQTransposed, Shape<Int<kHeadDim>, Int<kBlockM>>,
-                                     Shape<Int<kBlockM>, Int<kHeadDim>>>;
-    Tensor coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(WholeShape{}));
-    for (int i = 0; i < Config::kdQAccumPerThread; ++i) {
-      const auto [row, column] = Config::dq_row_column(coords(i));
-      ASSERT_EQ(stored.at(std::make_pair(int(row), int(column))), Config::dq_accum_offset(thread, i))
-          << "thread " << thread << " value " << i << " (row " << row << ", column " << column << ")";
-    }
-  }
-}
+};
 
-// The head_dims of src/sm90/instantiations/generate.py's backward.
-TEST(Sm90BackwardLayouts, DsStoresLandWhereDqAndDkReadThem) {
-  check_ds_stores<64, false>();
-  check_ds_stores<64, true>();
-  check_ds_stores<96, false>();
-  check_ds_stores<96, true>();
-  check_ds_stores<128, false>();
-  check_ds_stores<128, true>();
-  check_ds_stores<192, false>();
-  check_ds_stores<192, true>();
-  check_ds_stores<256, false>();
-  check_ds_stores<256, true>();
-}
+TEST(Sm90BackwardLayouts, DsStoresLandWhereDqAndDkReadThem) { run_on_every_backward_tile<DsStores>(); }
 
 TEST(Sm90BackwardLayouts, DqAccumulatorReadsBackWhatTheMainloopStored) {
-  check_dq_accumulator<64, false>();
-  check_dq_accumulator<64, true>();
-  check_dq_accumulator<96, false>();
-  check_dq_accumulator<96, true>();
-  check_dq_accumulator<128, false>();
-  check_dq_accumulator<128, true>();
-  check_dq_accumulator<192, false>();
-  check_dq_accumulator<192, true>();
-  check_dq_accumulator<256, false>();
-  check_dq_accumulator<256, true>();
+  run_on_every_backward_tile<DqAccumulator>();
 }
 
 }  // namespace

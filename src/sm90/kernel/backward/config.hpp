@@ -93,9 +93,12 @@ struct BackwardConfig {
       decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
                                                    GMMA::Major::K, GMMA::Major::MN>(),
                               RowWarpgroups{}))>;
-  // One pass's dQ tile as TiledMmadQ computes it: (queries, head_dim columns), or transposed.
-  using dQPassShape = conditional_t<kdQTransposed, Shape<Int<kdQPassColumns>, Int<kBlockM>>,
-                                    Shape<Int<kBlockM>, Int<kdQPassColumns>>>;
+  // dQ's tile as TiledMmadQ computes it, (queries, head_dim columns) or transposed: one pass's, and
+  // the whole block's (the postprocess reads that).
+  template <int kColumns>
+  using dQShape = conditional_t<kdQTransposed, Shape<Int<kColumns>, Int<kBlockM>>, Shape<Int<kBlockM>, Int<kColumns>>>;
+  using dQPassShape = dQShape<kdQPassColumns>;
+  using dQBlockShape = dQShape<kHeadDim>;
   using TiledMmadQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float,
                            Shape<_64, Int<kdQTransposed ? kBlockM : kdQColumnsPerWarpgroup / kdQPasses>, Int<kBlockN>>,
@@ -104,7 +107,7 @@ struct BackwardConfig {
       conditional_t<kdQSplitRows || kdQTransposed, RowWarpgroups, ColumnWarpgroups>{}));
   static_assert(!kdQTransposed || (kdQPasses == 1 && kHeadDim == 64 * kNumConsumerWarpgroups && !kSplitHeadDim),
                 "dQ^T's M is one warpgroup's 64 head_dim columns");
-  // (query row, head_dim column) of a coordinate in dQPassShape.
+  // (query row, head_dim column) of a coordinate in dQShape.
   template <class Coord>
   CUTE_HOST_DEVICE static auto dq_row_column(Coord const& c) {
     if constexpr (kdQTransposed) {

@@ -82,9 +82,10 @@ struct BackwardMainloop {
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
   static constexpr int kNumConsumerWarpgroups = Config::kNumConsumerWarpgroups;
   static constexpr bool kSplitHeadDim = Config::kSplitHeadDim;
-  // P in 16 bits, live beside S and dP in float32 until dV's product retires, fits the consumers'
-  // registers while S^T and dP^T hold 32 values per thread (64 queries a step); past that (head_dim
-  // 64's 128 queries, 128's 80) P is rounded for dV only after dS ("late dV"; else ptxas spills).
+  // Past 32 scores per thread (head_dim 64's 128 queries a step, 128's 80) P is rounded for dV only
+  // after dS's stores ("late dV"). At 80 rows P in 16 bits beside S, dP, dK and dV in float32 would
+  // spill (40 bytes); at head_dim 64 it fits, but late dV measured 4-8% faster (performance log,
+  // 2026-12-05 second session: bdsev against bds).
   static constexpr int kScoresPerThread = kBlockN * kBlockM / kNumMmaThreads;
   static constexpr bool kLatedV = !kSplitHeadDim && kScoresPerThread > 32;
   using Work = KeyBlockWork<kBlockM, kBlockN, kCausal>;

@@ -48,9 +48,8 @@ struct BackwardPostprocess {
 
     const int thread = int(threadIdx.x);
     typename Config::TiledMmadQ mma_dq;
-    static_assert(Config::kdQPasses == 1 || !Config::kdQTransposed);
-    Tensor coords = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(
-        conditional_t<Config::kdQTransposed, Shape<Int<kHeadDim>, Int<kBlockM>>, Shape<Int<kBlockM>, Int<kHeadDim>>>{}));
+    Tensor coords =
+        mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(typename Config::dQBlockShape{}));
     static_assert(decltype(size(coords))::value == Config::kdQAccumPerThread);
     CUTE_UNROLL
     for (int i = 0; i < Config::kdQAccumPerThread; i += 4) {

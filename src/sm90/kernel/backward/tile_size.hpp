@@ -19,8 +19,8 @@
 //   256        64 x  64          1        64 + 64 + 16 + 16      2 x 32    64 + 64 + 32 + 64 = 224 KB
 //
 // At head_dim 64 a step takes 128 queries (FA3's tile): every product is twice as wide as at 64,
-// and dQ splits by query rows (config.hpp's kdQSplitRows). P is rounded for dV only after dS
-// (the mainloop's kLatedV): P in 16 bits beside S and dP in float32 would not fit.
+// and dQ splits by query rows (config.hpp's kdQSplitRows). P is rounded for dV only after dS (the
+// mainloop's kLatedV says why).
 // At head_dim 128 without the mask a step takes 80 queries (FA3's tile): a quarter more rows per
 // step's fixed costs (the handshakes, the waits, dQ's reduce). 80 cannot be WGMMA's M, so dQ is
 // computed transposed (config.hpp's kdQTransposed), and P is rounded after dS as at head_dim 64.
