@@ -47,25 +47,25 @@ struct DsStores {
     Tensor sdSt = make_tensor(make_smem_ptr(base), typename Config::SmemLayoutdSt{});
     Tensor sdS = make_tensor(make_smem_ptr(base), typename Config::SmemLayoutdS{});
     auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, mma_sdp);  // the mainloop's
-    using Partition = decltype(ds_copy.get_thread_slice(0).partition_D(sdSt));
-    using StoreLayout = decltype(declval<Partition>()(_, _, _, 0).layout());
-    constexpr int kStores = decltype(size(StoreLayout{}))::value / 8;
-    constexpr uint32_t kBufferBytes = decltype(layout<3>(declval<Partition>())(Int<1>{}))::value * sizeof(Element);
-    using Stores = BufferedMatrixStores<kStores, kBufferBytes, StoreLayout>;
+    // The mainloop's make_buffered_matrix_stores type.
+    using Stores = typename BufferedMatrixStoresFor<decltype(ds_copy.get_thread_slice(0).partition_D(sdSt))>::type;
+    constexpr int kStores = Stores::kStores;
     EXPECT_TRUE(Stores::kOneAddress) << "a warp's stores no longer lie whole swizzle periods apart";
 
     for (int buffer = 0; buffer < Config::kdSBuffers; ++buffer) {
       std::map<uintptr_t, int> writes;
       for (int warp = 0; warp < Config::kNumMmaThreads / 32; ++warp) {
-        uintptr_t address[32][kStores];  // each lane's, per store, as BufferedMatrixStores computes them
+        uintptr_t address[32][kStores];  // each lane's, per store, from BufferedMatrixStores::address
         for (int lane = 0; lane < 32; ++lane) {
           auto partition = ds_copy.get_thread_slice(warp * 32 + lane).partition_D(sdSt);
           Tensor buffer0 = partition(_, _, _, 0);
           Tensor this_buffer = partition(_, _, _, buffer);
+          Stores stores;  // the device constructor's `first`, from the host's addresses (below 2^32)
+          for (int i = 0; i < Stores::kFirstAddresses; ++i) {
+            stores.first[i] = uint32_t(reinterpret_cast<uintptr_t>(&buffer0(8 * i)));
+          }
           for (int i = 0; i < kStores; ++i) {
-            const int first = Stores::kOneAddress ? 0 : i;
-            address[lane][i] = reinterpret_cast<uintptr_t>(&buffer0(8 * first)) + buffer * kBufferBytes +
-                               (Stores::kOneAddress ? Stores::unswizzled_distance(i) : 0);
+            address[lane][i] = stores.address(i, buffer * Stores::kBufferBytes);
             ASSERT_EQ(address[lane][i], reinterpret_cast<uintptr_t>(&this_buffer(8 * i)))
                 << "thread " << warp * 32 + lane << ", store " << i;
           }

@@ -35,8 +35,10 @@ __device__ __forceinline__ void store_matrix_x4_transposed(uint32_t address, uin
 // A thread's values in a partition, read in order (the copy's value mode first, then its tiles),
 // come 16 bytes to a store, as CuTe's copy hands them to the atom: store i takes values [8i, 8i + 8)
 // of a 16-bit fragment.
-template <int kStores, uint32_t kBufferBytes, class StoreLayout>
+template <int kStores_, uint32_t kBufferBytes_, class StoreLayout>
 struct BufferedMatrixStores {
+  static constexpr int kStores = kStores_;
+  static constexpr uint32_t kBufferBytes = kBufferBytes_;
   static constexpr uint32_t kSwizzlePeriod = 1024;
   static_assert(kBufferBytes % kSwizzlePeriod == 0, "buffers a whole number of swizzle periods apart");
   // Bytes from store 0 to store i, before the swizzle.
@@ -49,17 +51,21 @@ struct BufferedMatrixStores {
     return true;
   }
   static constexpr bool kOneAddress = stores_swizzle_alike();
-  uint32_t first[kOneAddress ? 1 : kStores];
+  static constexpr int kFirstAddresses = kOneAddress ? 1 : kStores;
+  // Buffer 0's shared addresses of the stores (of store 0 only, with kOneAddress).
+  uint32_t first[kFirstAddresses];
 
   // `partition`: (CPY, CPY_M, CPY_N, buffer) of 16-bit values, a SM90_U16x8_STSM_T copy's partition_D.
   template <class Partition>
   __device__ explicit BufferedMatrixStores(Partition const& partition) {
     Tensor buffer0 = partition(_, _, _, 0);
     CUTE_UNROLL
-    for (int i = 0; i < (kOneAddress ? 1 : kStores); ++i) first[i] = cast_smem_ptr_to_uint(&buffer0(8 * i));
+    for (int i = 0; i < kFirstAddresses; ++i) first[i] = cast_smem_ptr_to_uint(&buffer0(8 * i));
   }
+  // With `first` set by the caller (the host tests: shared addresses exist on the device only).
+  BufferedMatrixStores() = default;
 
-  __device__ uint32_t address(int i, uint32_t buffer_offset) const {
+  CUTE_HOST_DEVICE uint32_t address(int i, uint32_t buffer_offset) const {
     return kOneAddress ? first[0] + buffer_offset + unswizzled_distance(i) : first[i] + buffer_offset;
   }
 
@@ -77,16 +83,23 @@ struct BufferedMatrixStores {
   }
 };
 
-// The stores of `partition` (see BufferedMatrixStores), whose buffers lie a static distance apart.
+// The BufferedMatrixStores of a partition type, whose buffers lie a static distance apart.
 template <class Partition>
-__device__ auto make_buffered_matrix_stores(Partition const& partition) {
+struct BufferedMatrixStoresFor {
   using Element = typename Partition::value_type;
   static_assert(sizeof(Element) == 2, "stmatrix stores 16-bit values");
-  using StoreLayout = decltype(partition(_, _, _, 0).layout());
+  using StoreLayout = decltype(declval<Partition>()(_, _, _, 0).layout());
   static_assert(is_static<StoreLayout>::value, "the swizzle is the pointer's: a thread's layout is static");
-  constexpr int kStores = decltype(size(StoreLayout{}))::value / 8;
-  constexpr uint32_t kBufferBytes = decltype(layout<3>(partition)(Int<1>{}))::value * sizeof(Element);
-  return BufferedMatrixStores<kStores, kBufferBytes, StoreLayout>(partition);
+  static constexpr int kStores = decltype(size(StoreLayout{}))::value / 8;
+  static constexpr uint32_t kBufferBytes =
+      decltype(layout<3>(declval<Partition>())(Int<1>{}))::value * sizeof(Element);
+  using type = BufferedMatrixStores<kStores, kBufferBytes, StoreLayout>;
+};
+
+// The stores of `partition` (see BufferedMatrixStores).
+template <class Partition>
+__device__ auto make_buffered_matrix_stores(Partition const& partition) {
+  return typename BufferedMatrixStoresFor<Partition>::type(partition);
 }
 
 }  // namespace hopattn::sm90
