@@ -8,7 +8,8 @@
 #   HOPATTN_LIBRARY=build/src/libhopattn.so python3 bench/bench_forward.py --json ab.json \
 #     --head-dims 128 --variant t176=.variants/t176/src/libhopattn.so
 # The copy lives in /tmp; EDIT should fail (e.g. a trailing grep -q) when it matched nothing.
-#   usage: scripts/build_variant.sh NAME 'EDIT' [KERNELS]   (JOBS: parallel compile jobs, default 6)
+#   usage: scripts/build_variant.sh NAME 'EDIT' [KERNELS]   (JOBS: parallel compile jobs, default 6;
+#   CMAKE_ARGS: more configure options, e.g. -DHOPATTN_TIMELINE=ON for bench/timeline.py's build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=$1 edit=$2 kernels=${3:-representative}
@@ -22,7 +23,7 @@ tar --exclude='./build*' --exclude=./.venv --exclude=./.variants --exclude=./.pe
 (cd "$copy" && eval "$edit") || { echo "build_variant.sh: the edit failed in $copy" >&2; exit 1; }
 rm -f "$build"/src/libhopattn.so*  # a failed build leaves no library of an earlier one behind
 cmake -S "$copy" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHOPATTN_ENABLE_CUDA=ON \
-  -DHOPATTN_SM90_KERNELS="$kernels" -DHOPATTN_PTXAS_VERBOSE=ON >/dev/null
+  -DHOPATTN_SM90_KERNELS="$kernels" -DHOPATTN_PTXAS_VERBOSE=ON ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$build" -j "${JOBS:-6}" --target hopattn >"$build/build.log" 2>&1 ||
   { grep -E "error" "$build/build.log" | head -20; exit 1; }
 echo "ptxas (spills / stack per kernel):"

@@ -4,7 +4,7 @@
 # skipped when its output already exists in this (warm) machine's build folders, so a run cut short
 # by the 10-minute limit continues in the next call. Logs go to $OUT/logs.tar.gz, the benchmark
 # JSON and PNG beside it; the last lines printed are the summary tables.
-#   usage: scripts/device_check.sh [quick|tests|sanitizers|bench|bench-backward|fp8|profile|all]
+#   usage: scripts/device_check.sh [quick|tests|sanitizers|bench|bench-backward|fp8|profile|timeline|all]
 #          (carry .deps and .peers)
 #     all: tests, sanitizers, bench and bench-backward (more than one call's 10 minutes: a warm
 #          machine keeps the build, so the modes can also go one per call)
@@ -20,6 +20,11 @@
 #          "--pass backward" the backward's main kernels): each kernel's details page and source
 #          page, and the key loop's mix and stalls side by side (bench/ncu_source.py hot).
 #          PROFILE_LIBRARY: a prebuilt libhopattn.so to profile instead (e.g. an A/B's variant)
+#     timeline: the forward's phases per key step and tile from its timeline build
+#          (bench/timeline.py) at each of TIMELINE_POINTS (';'-separated argument lists of
+#          bench/timeline.py; default head_dim 128 8k, both masks). TIMELINE_LIBRARY: a prebuilt
+#          timeline build (CMAKE_ARGS=-DHOPATTN_TIMELINE=ON scripts/build_variant.sh NAME true
+#          KERNELS); else the representative kernels are built with -DHOPATTN_TIMELINE=ON
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
@@ -43,9 +48,9 @@ start_fa3_build() {
   FA3_PID=$!
 }
 
-build() {  # $1: build folder, $2: all | representative
+build() {  # $1: build folder, $2: all | representative, $3...: more configure options
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHOPATTN_ENABLE_CUDA=ON -DHOPATTN_SM90_KERNELS="$2" \
-    -DHOPATTN_PTXAS_VERBOSE=ON >"$LOGS/configure_$2.log" 2>&1 || { tail -30 "$LOGS/configure_$2.log"; exit 1; }
+    -DHOPATTN_PTXAS_VERBOSE=ON "${@:3}" >"$LOGS/configure_$2.log" 2>&1 || { tail -30 "$LOGS/configure_$2.log"; exit 1; }
   cmake --build "$1" -j 12 >"$LOGS/build_$2.log" 2>&1 || { grep -E "error" "$LOGS/build_$2.log" | head -40; exit 1; }
   echo "== built $2 kernels (commit $commit)"
 }
@@ -223,7 +228,24 @@ profile)
     head -4 "$LOGS/hot_$impl.txt"
   done
   ;;
-*) echo "unknown mode $1 (allowed: quick tests sanitizers bench bench-backward fp8 profile all)" >&2; exit 2 ;;
+timeline)
+  if [[ -n "${TIMELINE_LIBRARY:-}" ]]; then
+    lib=$(realpath "$TIMELINE_LIBRARY")
+  else
+    build build-timeline representative -DHOPATTN_TIMELINE=ON
+    lib=$PWD/$(find build-timeline -name 'libhopattn.so' | head -1)
+  fi
+  export HOPATTN_LIBRARY=$lib PYTHONPATH=$PWD/python HOPATTN_COMMIT=$commit
+  IFS=';' read -r -a points <<<"${TIMELINE_POINTS:---head-dim 128 --seqlen 8192;--head-dim 128 --seqlen 8192 --causal}"
+  for point in "${points[@]}"; do
+    read -r -a arguments <<<"$point"
+    name=timeline$(tr -c 'a-z0-9' '_' <<<"$point" | sed 's/_*$//; s/__*/_/g')
+    echo "== timeline $point"
+    timeout 120 python3 bench/timeline.py "${arguments[@]}" --json "$LOGS/$name.json" --png "$LOGS/$name.png" \
+      2>&1 | tee "$LOGS/$name.txt" || status=1
+  done
+  ;;
+*) echo "unknown mode $1 (allowed: quick tests sanitizers bench bench-backward fp8 profile timeline all)" >&2; exit 2 ;;
 esac
 }
 

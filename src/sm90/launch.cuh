@@ -17,6 +17,7 @@
 #include "sm90/kernel/mainloop.cuh"
 #include "sm90/kernel/tile_scheduler.cuh"
 #include "sm90/kernel/tile_size.hpp"
+#include "sm90/kernel/timeline.hpp"
 
 namespace hopattn::sm90 {
 
@@ -48,11 +49,13 @@ Status launch_forward_kernel(Problem const& problem, DeviceShape const& device, 
   const TileOrder order =
       TileOrder::make(num_m_blocks, int(problem.heads_q), int(problem.seqlens.batch), kv_bytes,
                       forward_section_bytes(device.l2_bytes), kCausal ? LongestBlock::kLast : LongestBlock::kNone);
-  params.scheduler = Scheduler::to_params(order, workspace);
+  static_cast<Timeline::Params&>(params) = Timeline::to_params(workspace);
+  void* scheduler_workspace = Timeline::kernel_workspace(workspace);
+  params.scheduler = Scheduler::to_params(order, scheduler_workspace);
 
   cudaError_t error;
   if constexpr (Scheduler::kWorkspaceBytes > 0) {
-    error = cudaMemsetAsync(workspace, 0, Scheduler::kWorkspaceBytes, stream);
+    error = cudaMemsetAsync(scheduler_workspace, 0, Scheduler::kWorkspaceBytes, stream);
     if (error != cudaSuccess) return cuda_failure("cudaMemsetAsync of the tile counter", error);
   }
   auto* kernel = &device_kernel<Kernel>;
@@ -104,10 +107,12 @@ Status launch_forward_config(Problem const& problem, void* workspace) {
 }
 
 // Bytes of workspace launch_forward<Element, kHeadDim>(problem, ...) needs (the dynamic
-// scheduler's tile counter); the same for launch_forward_fp8.
+// scheduler's tile counter, after the timeline's record in a diagnostic build); the same for
+// launch_forward_fp8.
 template <class Element, int kHeadDim>
 size_t forward_workspace_bytes(ForwardProblem const& problem) {
-  return equal_tiles(problem) ? StaticTileScheduler::kWorkspaceBytes : DynamicTileScheduler::kWorkspaceBytes;
+  return Timeline::kWorkspaceBytes +
+         (equal_tiles(problem) ? StaticTileScheduler::kWorkspaceBytes : DynamicTileScheduler::kWorkspaceBytes);
 }
 
 // `workspace`: at least forward_workspace_bytes<Element, kHeadDim>(problem) bytes of device memory.

@@ -13,6 +13,7 @@
 #include "core/seqlen.hpp"
 #include "sm90/kernel/softmax.cuh"
 #include "sm90/kernel/tile_scheduler.cuh"
+#include "sm90/kernel/timeline.hpp"
 #include "sm90/kernel/wgmma.hpp"
 
 namespace hopattn::sm90 {
@@ -34,7 +35,7 @@ struct ForwardKernel {
   static constexpr int kSharedMemoryBytes = sizeof(SharedStorage);
   static_assert(kSharedMemoryBytes <= 227 * 1024, "over Hopper's 227 KB of shared memory per CTA");
 
-  struct Params {
+  struct Params : Timeline::Params {
     typename Mainloop::Params mainloop;
     typename Epilogue::Params epilogue;
     typename Scheduler::Params scheduler;
@@ -91,6 +92,8 @@ struct ForwardKernel {
 
     using Cursor = typename Scheduler::template Cursor<kTileReaders>;
     Cursor cursor(params.scheduler, storage.scheduler);
+    TimelineRole timeline(params, warpgroup, threadIdx.x % 128 == 0,
+                          {Config::kBlockM, Config::kBlockN, Config::kHeadDim, Config::kNumConsumerWarpgroups});
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
       if constexpr (Config::kTransposeV) {
@@ -106,10 +109,12 @@ struct ForwardKernel {
       for (; cursor.valid(params.scheduler); cursor.producer_advance(params.scheduler)) {
         const TileWork work(params, cursor.tile);
         if (work.key_block_end == 0) continue;  // nothing to load (see the consumers' branch)
+        timeline.stamp(TimelineEvent::kTileBegin, cursor.tile);
         Mainloop::load(params.mainloop, shared, k_pipeline, v_pipeline, write_state, work.coord,
-                       work.seq, work.key_block_end, work_idx, leader);
+                       work.seq, work.key_block_end, work_idx, leader, timeline);
         ++work_idx;
       }
+      timeline.finish();
     } else {
       cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
       const int thread_idx = int(threadIdx.x) - 128;
@@ -123,16 +128,21 @@ struct ForwardKernel {
           Epilogue::store_empty(params.epilogue, work.coord, work.seq, thread_idx);
           continue;
         }
+        timeline.stamp(TimelineEvent::kTileBegin, cursor.tile);
         typename Config::TiledMmaPV mma_pv;
         Tensor output = partition_fragment_C(mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
         constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
         RowVector<kRows> lse;
         Mainloop::mma(params.mainloop, shared, k_pipeline, pv_operand_pipeline(v_pipeline, vt_pipeline), read_state,
-                      work.coord, work.seq, work.mask, work.key_block_end, work_idx, thread_idx, output, lse);
+                      work.coord, work.seq, work.mask, work.key_block_end, work_idx, thread_idx, output, lse,
+                      timeline);
+        timeline.stamp(TimelineEvent::kMainloopDone);
         Epilogue::store(params.epilogue, Mainloop::pv_operand_buffer(shared), shared.output_drained, work.coord,
                         work.seq, thread_idx, output, lse);
+        timeline.stamp(TimelineEvent::kEpilogueDone);
         ++work_idx;
       }
+      timeline.finish();
     }
   }
 

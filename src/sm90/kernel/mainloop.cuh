@@ -34,6 +34,7 @@
 #include "sm90/kernel/softmax.cuh"
 #include "sm90/kernel/swizzled_offsets.hpp"
 #include "sm90/kernel/tile_scheduler.cuh"
+#include "sm90/kernel/timeline.hpp"
 #include "sm90/kernel/tma.hpp"
 #include "sm90/kernel/wgmma.hpp"
 
@@ -187,7 +188,8 @@ struct ForwardMainloop {
   // Run by the whole producer warp (the named barrier counts it); `leader` issues the copies.
   __device__ static void load(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
                               Pipeline& v_pipeline, PipelineState& write_state, PairBlock const& tile,
-                              Sequence const& seq, int key_block_end, int work_idx, bool leader) {
+                              Sequence const& seq, int key_block_end, int work_idx, bool leader,
+                              TimelineRole& timeline) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKV{});
     Tensor sV = make_tensor(make_smem_ptr(shared.v.data()), SmemLayoutVLoad{});
@@ -234,6 +236,7 @@ struct ForwardMainloop {
 
     auto load_k = [&](int n_block, PipelineState const& state) {
       k_pipeline.producer_acquire(state);
+      timeline.stamp(TimelineEvent::kLoadK, n_block);
       if (leader) {
         copy(params.tma_load_k.with(*k_pipeline.producer_get_barrier(state), 0), tKgK(_, n_block),
              tKsK(_, state.index()));
@@ -241,6 +244,7 @@ struct ForwardMainloop {
     };
     auto load_v = [&](int n_block, PipelineState const& state) {
       v_pipeline.producer_acquire(state);
+      timeline.stamp(TimelineEvent::kLoadV, n_block);
       if (leader) {
         copy(params.tma_load_v.with(*v_pipeline.producer_get_barrier(state), 0), tVgV(_, n_block),
              tVsV(_, state.index()));
@@ -252,6 +256,7 @@ struct ForwardMainloop {
     int n_block = key_block_end - 1;
     load_k(n_block, write_state);
     barrier_sync(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
+    timeline.stamp(TimelineEvent::kLoadQ);
     if (leader) {
       shared.q_full.arrive_and_expect_tx(Config::kQTileBytes);
       copy(params.tma_load_q.with(reinterpret_cast<uint64_t&>(shared.q_full), 0), tQgQ, tQsQ);
@@ -363,7 +368,7 @@ struct ForwardMainloop {
                                              PvPipeline& v_pipeline, PipelineState& read_state,
                                              PairBlock const& tile, Sequence const& seq, Mask const& mask,
                                              int key_block_end, int work_idx, int thread_idx, TensorO& output,
-                                             RowStats& lse) {
+                                             RowStats& lse, TimelineRole& timeline) {
     Tensor sQ = make_tensor(make_smem_ptr(shared.q.data()), typename Config::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(shared.k.data()), typename Config::SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(pv_operand_buffer(shared)), typename Config::SmemLayoutVt{});
@@ -427,6 +432,7 @@ struct ForwardMainloop {
     PipelineState& k_state = read_state;
     PipelineState v_state = read_state;  // V trails K by one block: P of the previous block waits for it
     shared.q_full.wait(work_idx % 2);
+    timeline.stamp(TimelineEvent::kQueryReady);
 
     // The first block has nothing to overlap with; it may cross the sequence end or the diagonal.
     // Its Q K^T reads Q from shared memory; with kQInRegisters, Q is loaded into registers under it
@@ -448,10 +454,12 @@ struct ForwardMainloop {
     } else {
       warpgroup_gemm</*kZeroInit=*/true, /*kWait=*/true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), scores);
     }
+    timeline.stamp(TimelineEvent::kScoresDone);
     k_pipeline.consumer_release(k_state);
     ++k_state;
     if (n_block >= unmasked_end || n_block < unmasked_begin) mask.apply(scores, tScS, tile.block, n_block);
     softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
+    timeline.stamp(TimelineEvent::kSoftmaxDone);
     Tensor p = convert_p(scores);
     // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
     // runs on the tensor cores, just before the P V it must precede (FlashAttention-3's order),
@@ -461,22 +469,29 @@ struct ForwardMainloop {
 
     auto overlapped_step = [&](int n_block, auto needs_mask) CUTLASS_LAMBDA_FUNC_INLINE {
       Tensor next_scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+      timeline.stamp(TimelineEvent::kStepBegin, n_block);
       k_pipeline.consumer_wait(k_state);
       v_pipeline.consumer_wait(v_state);
+      timeline.stamp(TimelineEvent::kInputsReady);
       pingpong.wait_turn();
+      timeline.stamp(TimelineEvent::kTurn);
       warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), next_scores);
       Softmax::rescale_output(output, pending_rescale);
       Tensor tOrP = p_as_operand(p);
       warpgroup_gemm<false, false>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
       pingpong.pass_turn();
+      timeline.stamp(TimelineEvent::kIssued);
       warpgroup_wait<1>();  // S retired; P V may still run
       warpgroup_fence_operand(next_scores);
+      timeline.stamp(TimelineEvent::kScoresDone);
       k_pipeline.consumer_release(k_state);
       ++k_state;
       if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.block, n_block);
       pending_rescale = softmax_step(next_scores, n_block);
+      timeline.stamp(TimelineEvent::kSoftmaxDone);
       warpgroup_wait<0>();
       warpgroup_fence_operand(output);
+      timeline.stamp(TimelineEvent::kOutputDone);
       v_pipeline.consumer_release(v_state);
       ++v_state;
       p = convert_p(next_scores);

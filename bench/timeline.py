@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""When the forward kernel's roles reach their phases, from a diagnostic build (cmake
+-DHOPATTN_TIMELINE=ON, e.g. CMAKE_ARGS=-DHOPATTN_TIMELINE=ON scripts/build_variant.sh timeline
+true): one launch at one sweep point, its record (src/sm90/kernel/timeline.hpp) read back from the
+workspace, the cycles of each phase of a key step and of a tile (median and spread over every step
+of every SM), the step against the tensor cores' time for it, how far ahead of its use the producer
+loaded each K block, and a drawing of one SM's warpgroups over a few tiles.
+  HOPATTN_LIBRARY=.variants/timeline/src/libhopattn.so python3 bench/timeline.py \\
+      --head-dim 128 --seqlen 8192 --json t.json --png t.png
+The stamps cost a few instructions each (about seven per step), so the phases are what a slightly
+slower kernel does; compare them with each other and with another build's, not with the sweep.
+--impl fa3 reads the same record from a FlashAttention-3 build instrumented with the same stamps at
+the same points of its forward (a local measurement patch, outside the repository; see the
+performance log), its hopper/ folder in --fa3-path: the record's address goes to it in
+$HOPATTN_TIMELINE_FA3_RECORD.
+"""
+import argparse
+import contextlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+import hopattn  # noqa: E402
+from hopattn._frontend import FIXED, TorchFrontend  # noqa: E402
+from hopattn.attention import forward  # noqa: E402
+from bench_common import first_output, load_fa3, report_header  # noqa: E402
+
+HEADER = ROOT / "src" / "sm90" / "kernel" / "timeline.hpp"
+# Tensor-core throughput of one SM at 16-bit inputs (dense FLOP per cycle), for the step's floor.
+TENSOR_FLOP_PER_CYCLE = 4096
+
+
+def record_format():
+    """The event names and values and the record's constants, read from timeline.hpp (their one
+    definition)."""
+    text = HEADER.read_text()
+    body = re.search(r"enum class TimelineEvent[^{]*\{(.*?)\};", text, re.S).group(1)
+    events, value = {}, 0
+    for name, explicit in re.findall(r"^\s*k(\w+)(?:\s*=\s*(\d+))?,", body, re.M):
+        value = int(explicit) if explicit else value + 1
+        events[value] = name
+    constants = {name: int(number) for name, number in
+                 re.findall(r"(k(?:HeaderWords|MaxCtas|RolesPerCta|Entries))\s*=\s*(\d+)", text)}
+    constants["kMagic"] = int(re.search(r"kMagic\s*=\s*0x([0-9a-f']+)ull", text).group(1).replace("'", ""), 16)
+    return events, constants
+
+
+class TimelineFrontend(TorchFrontend):
+    """The torch frontend with the timeline's workspace in every call's options."""
+
+    def __init__(self, q, workspace):
+        super().__init__(torch, q)
+        self.workspace = workspace
+
+    @contextlib.contextmanager
+    def options(self, causal, softmax_scale):
+        with super().options(causal, softmax_scale) as options:
+            options.workspace = self.workspace.data_ptr()
+            options.workspace_bytes = self.workspace.numel()
+            yield options
+
+
+def read_record(words, events, constants):
+    """(the kernel's tile: block_m, block_n, head_dim, consumers; {(cta, role): [(event name, arg,
+    cycle)]}) from the record's int64 words (a NumPy array), the clock unwrapped from its 40 bits."""
+    header = constants["kHeaderWords"]
+    if int(words[0]) != constants["kMagic"]:
+        raise SystemExit("no timeline in the workspace: the loaded library was not built with "
+                         "-DHOPATTN_TIMELINE=ON (HOPATTN_LIBRARY names the library)")
+    roles, entries, ctas = (int(w) for w in words[1:4])
+    tile = dict(zip(("block_m", "block_n", "head_dim", "consumers"), (int(w) for w in words[4:8])))
+    words = words.view(np.uint64)
+    record = {}
+    for cta in range(min(ctas, constants["kMaxCtas"])):
+        for role in range(roles):
+            base = header + (cta * roles + role) * entries
+            stamps = words[base + 1: base + 1 + int(words[base])]
+            if len(stamps) == 0:
+                continue
+            clock = (stamps & np.uint64(2**40 - 1)).astype(np.int64)
+            clock += np.concatenate(([0], np.cumsum(np.diff(clock) < 0))) * 2**40
+            kinds = (stamps >> np.uint64(56)).astype(np.int64)
+            args = ((stamps >> np.uint64(40)) & np.uint64(0xFFFF)).astype(np.int64)
+            record[(cta, role)] = [(events.get(int(e), f"event{int(e)}"), int(a), int(c))
+                                   for e, a, c in zip(kinds, args, clock)]
+    return tile, record
+
+
+def spread(values):
+    if not values:
+        return None
+    ordered = sorted(values)
+    pick = lambda f: ordered[min(len(ordered) - 1, int(f * len(ordered)))]  # noqa: E731
+    return dict(median=statistics.median(ordered), p10=pick(0.1), p90=pick(0.9), n=len(ordered))
+
+
+# A consumer step's phases: (name, from event, to event); "next" is the following step's begin (or
+# the tile's MainloopDone).
+STEP_PHASES = [
+    ("inputs wait", "StepBegin", "InputsReady"),
+    ("turn wait", "InputsReady", "Turn"),
+    ("issue S, rescale O, issue P V", "Turn", "Issued"),
+    ("S wait", "Issued", "ScoresDone"),
+    ("softmax", "ScoresDone", "SoftmaxDone"),
+    ("P V wait", "SoftmaxDone", "OutputDone"),
+    ("P conversion, loop", "OutputDone", "next"),
+]
+TILE_PHASES = [
+    ("Q wait", "TileBegin", "QueryReady"),
+    ("first S", "QueryReady", "ScoresDone"),
+    ("first softmax", "ScoresDone", "SoftmaxDone"),
+    ("last P V and normalisation", "last OutputDone", "MainloopDone"),
+    ("epilogue", "MainloopDone", "EpilogueDone"),
+    ("to the next tile", "EpilogueDone", "next TileBegin"),
+]
+
+
+def consumer_tiles(stamps):
+    """The consumer's stamps cut into tiles: [(tile, [(event, arg, cycle)])]."""
+    tiles = []
+    for event, arg, cycle in stamps:
+        if event == "TileBegin":
+            tiles.append((arg, []))
+        if tiles:
+            tiles[-1][1].append((event, arg, cycle))
+    return tiles
+
+
+def step_phases(tile_stamps):
+    """[{phase: cycles, 'step': cycles, 'block': key block}] of a tile's overlapped steps."""
+    steps, current = [], None
+    mainloop_done = next((c for e, _, c in tile_stamps if e == "MainloopDone"), None)
+    for event, arg, cycle in tile_stamps:
+        if event == "StepBegin":
+            if current is not None:
+                current["next"] = cycle
+            current = {"StepBegin": cycle, "block": arg}
+            steps.append(current)
+        elif current is not None and event in ("InputsReady", "Turn", "Issued", "ScoresDone", "SoftmaxDone",
+                                               "OutputDone"):
+            current[event] = cycle
+    if steps and mainloop_done is not None:
+        steps[-1].setdefault("next", mainloop_done)
+    phases = []
+    for s in steps:
+        if all(k in s for k in ("InputsReady", "Turn", "Issued", "ScoresDone", "SoftmaxDone", "OutputDone", "next")):
+            row = {name: s[b] - s[a] for name, a, b in STEP_PHASES}
+            row["step"] = s["next"] - s["StepBegin"]
+            row["block"] = s["block"]
+            phases.append(row)
+    return phases
+
+
+def tile_phases(tile_stamps, next_begin):
+    first = {}
+    for event, _, cycle in tile_stamps:
+        first.setdefault(event, cycle)
+    last_output = max((c for e, _, c in tile_stamps if e == "OutputDone"), default=None)
+    points = dict(first, **{"last OutputDone": last_output, "next TileBegin": next_begin})
+    return {name: points[b] - points[a] for name, a, b in TILE_PHASES
+            if points.get(a) is not None and points.get(b) is not None}
+
+
+def analyse(record, kernel_tile):
+    steps, tiles, leads = [], [], []
+    for (cta, role), stamps in record.items():
+        if role == 0:
+            continue
+        cut = consumer_tiles(stamps)
+        for i, (tile, tile_stamps) in enumerate(cut):
+            steps += step_phases(tile_stamps)
+            next_begin = cut[i + 1][1][0][2] if i + 1 < len(cut) else None
+            tiles.append(tile_phases(tile_stamps, next_begin))
+        # How long before the consumer's use (its InputsReady) the producer issued each K block.
+        producer = record.get((cta, 0), [])
+        loads, tile_of_producer = {}, None
+        for event, arg, cycle in producer:
+            if event == "TileBegin":
+                tile_of_producer = arg
+            elif event == "LoadK":
+                loads[(tile_of_producer, arg)] = cycle
+        for tile, tile_stamps in cut:
+            block = None
+            for event, arg, cycle in tile_stamps:
+                if event == "StepBegin":
+                    block = arg
+                elif event == "InputsReady" and (tile, block) in loads:
+                    leads.append(cycle - loads[(tile, block)])
+    # A warpgroup's step (S and P V of its rows) recurs once every warpgroup has done its own.
+    floor = 2 * 2 * kernel_tile["block_m"] * kernel_tile["block_n"] * kernel_tile["head_dim"] / TENSOR_FLOP_PER_CYCLE
+    step_stats = {name: spread([s[name] for s in steps]) for name, _, _ in STEP_PHASES}
+    step_stats["step"] = spread([s["step"] for s in steps])
+    return dict(
+        steps=step_stats,
+        tensor_core_floor_cycles_per_step=floor,
+        tensor_core_share=floor / step_stats["step"]["median"] if step_stats["step"] else None,
+        tiles={name: spread([t[name] for t in tiles if name in t]) for name, _, _ in TILE_PHASES},
+        k_load_lead_cycles=spread(leads),
+        tiles_recorded=len(tiles), steps_recorded=len(steps))
+
+
+# The tile's own phases outside its key steps: (name, from event, to event, colour).
+TILE_SEGMENTS = [("Q wait", "TileBegin", "QueryReady", "#7f7f7f"), ("first block", "QueryReady", "SoftmaxDone", "#c7c7c7"),
+                 ("epilogue", "MainloopDone", "EpilogueDone", "#8c564b")]
+COLOURS = {"inputs wait": "#d62728", "turn wait": "#ff9896", "issue S, rescale O, issue P V": "#1f77b4",
+           "S wait": "#aec7e8", "softmax": "#2ca02c", "P V wait": "#98df8a", "P conversion, loop": "#9467bd"}
+
+
+def draw(record, cta, consumers, path, title, tiles_shown=3):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    rows = {}
+    for role in range(1, consumers + 1):
+        cut = consumer_tiles(record.get((cta, role), []))
+        rows[role] = cut[len(cut) // 2: len(cut) // 2 + tiles_shown]  # tiles from the middle of the run
+    spans = [c for cut in rows.values() for _, stamps in cut for _, _, c in stamps]
+    if not spans:
+        return
+    start, end = min(spans), max(spans)
+    fig, ax = plt.subplots(figsize=(16, 1.2 + 0.9 * (consumers + 1)))
+    for role, cut in rows.items():
+        for _, stamps in cut:
+            events = [(e, c) for e, _, c in stamps]
+            begin = None
+            marks = {}
+            for event, cycle in events + [("StepBegin", None)]:
+                if event == "StepBegin":
+                    if begin is not None and all(k in marks for k in ("InputsReady", "Turn", "Issued", "ScoresDone",
+                                                                      "SoftmaxDone", "OutputDone")):
+                        marks["StepBegin"], marks["next"] = begin, cycle or marks["OutputDone"]
+                        for name, a, b in STEP_PHASES:
+                            ax.barh(role, marks[b] - marks[a], left=marks[a] - start, color=COLOURS[name], height=0.6)
+                    begin, marks = cycle, {}
+                else:
+                    marks[event] = cycle
+            first = {}
+            for event, cycle in events:
+                first.setdefault(event, cycle)
+            for _, a, b, colour in TILE_SEGMENTS:
+                if a in first and b in first:
+                    ax.barh(role, first[b] - first[a], left=first[a] - start, color=colour, height=0.6)
+    producer = [(e, a, c) for e, a, c in record.get((cta, 0), []) if start <= c <= end]
+    for event, _, cycle in producer:
+        if event in ("LoadK", "LoadV", "LoadQ"):
+            offset = {"LoadK": -0.25, "LoadV": 0.0, "LoadQ": 0.25}[event]
+            ax.plot(cycle - start, offset, marker="|", color={"LoadK": "C0", "LoadV": "C2", "LoadQ": "C3"}[event])
+    ax.set_ylim(-0.6, consumers + 1.3)
+    ax.set_yticks(range(consumers + 1), ["producer (K, V, Q)"] + [f"warpgroup {r}" for r in range(1, consumers + 1)])
+    ax.set_xlabel(f"SM cycles (CTA {cta})")
+    legend = [(n, c) for n, _, _, c in TILE_SEGMENTS] + list(COLOURS.items())
+    ax.legend(handles=[Patch(color=c, label=n) for n, c in legend], ncol=5, fontsize=8, loc="upper right")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--impl", choices=("hopattn", "fa3"), default="hopattn")
+    parser.add_argument("--fa3-path", help="the instrumented FA3's hopper/ directory (--impl fa3)")
+    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--seqlen", type=int, default=8192)
+    parser.add_argument("--tokens", type=int, default=16384, help="batch x seqlen (the sweep's 16k)")
+    parser.add_argument("--hidden", type=int, default=2048, help="heads x head_dim (the sweep's 2048)")
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--launches", type=int, default=3, help="the last one is read")
+    parser.add_argument("--cta", type=int, default=0, help="the CTA (SM) drawn")
+    parser.add_argument("--json")
+    parser.add_argument("--png")
+    args = parser.parse_args()
+
+    events, constants = record_format()
+    batch, heads = max(1, args.tokens // args.seqlen), max(1, args.hidden // args.head_dim)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    q, k, v = (torch.randn(batch, args.seqlen, heads, args.head_dim, device="cuda", dtype=dtype) for _ in range(3))
+    record_bytes = (constants["kHeaderWords"] + constants["kMaxCtas"] * constants["kRolesPerCta"]
+                    * constants["kEntries"]) * 8
+    workspace = torch.zeros(record_bytes + 4096, dtype=torch.uint8, device="cuda")
+    if args.impl == "fa3":
+        fa3, info = load_fa3(args.fa3_path)
+        if fa3 is None:
+            raise SystemExit(f"FlashAttention-3 not available: {info['reason']}")
+        os.environ["HOPATTN_TIMELINE_FA3_RECORD"] = f"{workspace.data_ptr():x}"
+        run = lambda: first_output(fa3.flash_attn_func(q, k, v, causal=args.causal))  # noqa: E731
+    else:
+        fe = TimelineFrontend(q, workspace)
+        run = lambda: forward(fe, q, k, v, args.causal, args.head_dim ** -0.5, FIXED, False)[0]  # noqa: E731
+    for _ in range(args.launches):
+        out = run()
+    torch.cuda.synchronize()
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        *(t.transpose(1, 2).float() for t in (q, k, v)), is_causal=args.causal).transpose(1, 2)
+    error = ((out.float() - reference).norm() / reference.norm()).item()
+    words = workspace[:record_bytes].view(torch.int64).cpu().numpy()
+    tile, record = read_record(words, events, constants)
+    summary = analyse(record, tile)
+    commit = os.environ.get("HOPATTN_COMMIT") or subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+    report = dict(report_header(torch, hopattn, commit, timing="one launch's SM clock stamps (timeline build)"),
+                  impl=args.impl, case=dict(dtype=args.dtype, batch=batch, seqlen=args.seqlen, heads=heads, head_dim=args.head_dim,
+                            causal=args.causal, **tile),
+                  relative_error_vs_sdpa_float32=error, **summary)
+    print(f"relative error against SDPA in float32: {error:.2e}; {summary['tiles_recorded']} tiles, "
+          f"{summary['steps_recorded']} steps recorded; tile {tile['block_m']} x {tile['block_n']}, "
+          f"{tile['consumers']} consumer warpgroups")
+    print("key step, one consumer warpgroup (cycles: median [p10, p90]):")
+    for name, stats in summary["steps"].items():
+        if stats:
+            print(f"  {name:32s} {stats['median']:7.0f}  [{stats['p10']:.0f}, {stats['p90']:.0f}]")
+    if summary["tensor_core_share"]:
+        print(f"  tensor cores' floor {summary['tensor_core_floor_cycles_per_step']:.0f} cycles: "
+              f"{summary['tensor_core_share']:.0%} of the median step")
+    print("tile:")
+    for name, stats in summary["tiles"].items():
+        if stats:
+            print(f"  {name:32s} {stats['median']:7.0f}  [{stats['p10']:.0f}, {stats['p90']:.0f}]")
+    if summary["k_load_lead_cycles"]:
+        lead = summary["k_load_lead_cycles"]
+        print(f"K issued ahead of its use: median {lead['median']:.0f} cycles [{lead['p10']:.0f}, {lead['p90']:.0f}]")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    if args.png:
+        draw(record, args.cta, tile["consumers"], args.png,
+             f"{args.impl} forward timeline: {args.dtype} head_dim {args.head_dim}, seqlen {args.seqlen}, "
+             f"{'causal' if args.causal else 'non-causal'} ({commit})")
+
+
+if __name__ == "__main__":
+    main()
