@@ -7,8 +7,9 @@ of every SM), the step against the tensor cores' time for it, how far ahead of i
 loaded each K block, and a drawing of one SM's warpgroups over a few tiles.
   HOPATTN_LIBRARY=.variants/timeline/src/libhopattn.so python3 bench/timeline.py \\
       --head-dim 128 --seqlen 8192 --json t.json --png t.png
-The stamps cost a few instructions each (about seven per step), so the phases are what a slightly
-slower kernel does; compare them with each other and with another build's, not with the sweep.
+A stamp is about 7 instructions, 7 stamps a key step (about 50 instructions, 7% of head_dim 128's
+step), so the phases are those of a slightly slower kernel: compare them with each other and with
+another build's (FA3's below carries the same stamps), not with the sweep.
 --impl fa3 reads the same record from a FlashAttention-3 build instrumented with the same stamps at
 the same points of its forward (a local measurement patch, outside the repository; see the
 performance log), its hopper/ folder in --fa3-path: the record's address goes to it in
@@ -35,8 +36,8 @@ from hopattn.attention import forward  # noqa: E402
 from bench_common import first_output, load_fa3, report_header  # noqa: E402
 
 HEADER = ROOT / "src" / "sm90" / "kernel" / "timeline.hpp"
-# Tensor-core throughput of one SM at 16-bit inputs (dense FLOP per cycle), for the step's floor.
-TENSOR_FLOP_PER_CYCLE = 4096
+# Tensor-core throughput of one SM (dense FLOP per cycle) by input type, for the step's floor.
+TENSOR_FLOP_PER_CYCLE = {"bf16": 4096, "fp16": 4096, "e4m3": 8192}
 
 
 def record_format():
@@ -71,7 +72,7 @@ class TimelineFrontend(TorchFrontend):
 
 def read_record(words, events, constants):
     """(the kernel's tile: block_m, block_n, head_dim, consumers; {(cta, role): [(event name, arg,
-    cycle)]}) from the record's int64 words (a NumPy array), the clock unwrapped from its 40 bits."""
+    cycle)]}) from the record's int64 words (a NumPy array), the clock unwrapped from its 32 bits."""
     header = constants["kHeaderWords"]
     if int(words[0]) != constants["kMagic"]:
         raise SystemExit("no timeline in the workspace: the loaded library was not built with "
@@ -86,10 +87,10 @@ def read_record(words, events, constants):
             stamps = words[base + 1: base + 1 + int(words[base])]
             if len(stamps) == 0:
                 continue
-            clock = (stamps & np.uint64(2**40 - 1)).astype(np.int64)
-            clock += np.concatenate(([0], np.cumsum(np.diff(clock) < 0))) * 2**40
+            clock = (stamps & np.uint64(2**32 - 1)).astype(np.int64)
+            clock += np.concatenate(([0], np.cumsum(np.diff(clock) < 0))) * 2**32
             kinds = (stamps >> np.uint64(56)).astype(np.int64)
-            args = ((stamps >> np.uint64(40)) & np.uint64(0xFFFF)).astype(np.int64)
+            args = ((stamps >> np.uint64(32)) & np.uint64(0xFFFF)).astype(np.int64)
             record[(cta, role)] = [(events.get(int(e), f"event{int(e)}"), int(a), int(c))
                                    for e, a, c in zip(kinds, args, clock)]
     return tile, record
@@ -170,7 +171,7 @@ def tile_phases(tile_stamps, next_begin):
             if points.get(a) is not None and points.get(b) is not None}
 
 
-def analyse(record, kernel_tile):
+def analyse(record, kernel_tile, flop_per_cycle):
     steps, tiles, leads = [], [], []
     for (cta, role), stamps in record.items():
         if role == 0:
@@ -196,7 +197,7 @@ def analyse(record, kernel_tile):
                 elif event == "InputsReady" and (tile, block) in loads:
                     leads.append(cycle - loads[(tile, block)])
     # A warpgroup's step (S and P V of its rows) recurs once every warpgroup has done its own.
-    floor = 2 * 2 * kernel_tile["block_m"] * kernel_tile["block_n"] * kernel_tile["head_dim"] / TENSOR_FLOP_PER_CYCLE
+    floor = 2 * 2 * kernel_tile["block_m"] * kernel_tile["block_n"] * kernel_tile["head_dim"] / flop_per_cycle
     step_stats = {name: spread([s[name] for s in steps]) for name, _, _ in STEP_PHASES}
     step_stats["step"] = spread([s["step"] for s in steps])
     return dict(
@@ -209,7 +210,8 @@ def analyse(record, kernel_tile):
 
 
 # The tile's own phases outside its key steps: (name, from event, to event, colour).
-TILE_SEGMENTS = [("Q wait", "TileBegin", "QueryReady", "#7f7f7f"), ("first block", "QueryReady", "SoftmaxDone", "#c7c7c7"),
+TILE_SEGMENTS = [("Q wait", "TileBegin", "QueryReady", "#7f7f7f"),
+                 ("first block", "QueryReady", "SoftmaxDone", "#c7c7c7"),
                  ("epilogue", "MainloopDone", "EpilogueDone", "#8c564b")]
 COLOURS = {"inputs wait": "#d62728", "turn wait": "#ff9896", "issue S, rescale O, issue P V": "#1f77b4",
            "S wait": "#aec7e8", "softmax": "#2ca02c", "P V wait": "#98df8a", "P conversion, loop": "#9467bd"}
@@ -270,7 +272,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--impl", choices=("hopattn", "fa3"), default="hopattn")
     parser.add_argument("--fa3-path", help="the instrumented FA3's hopper/ directory (--impl fa3)")
-    parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    parser.add_argument("--dtype", choices=("bf16", "fp16", "e4m3"), default="bf16",
+                        help="e4m3: inputs quantised as attention_fp8 does (block scales, rotated; "
+                             "V given transposed)")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--seqlen", type=int, default=8192)
     parser.add_argument("--tokens", type=int, default=16384, help="batch x seqlen (the sweep's 16k)")
@@ -284,7 +288,7 @@ def main():
 
     events, constants = record_format()
     batch, heads = max(1, args.tokens // args.seqlen), max(1, args.hidden // args.head_dim)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
     q, k, v = (torch.randn(batch, args.seqlen, heads, args.head_dim, device="cuda", dtype=dtype) for _ in range(3))
     record_bytes = (constants["kHeaderWords"] + constants["kMaxCtas"] * constants["kRolesPerCta"]
                     * constants["kEntries"]) * 8
@@ -294,7 +298,16 @@ def main():
         if fa3 is None:
             raise SystemExit(f"FlashAttention-3 not available: {info['reason']}")
         os.environ["HOPATTN_TIMELINE_FA3_RECORD"] = f"{workspace.data_ptr():x}"
-        run = lambda: first_output(fa3.flash_attn_func(q, k, v, causal=args.causal))  # noqa: E731
+        inputs = [t.to(torch.float8_e4m3fn) for t in (q, k, v)] if args.dtype == "e4m3" else (q, k, v)
+        run = lambda: first_output(fa3.flash_attn_func(*inputs, causal=args.causal))  # noqa: E731
+    elif args.dtype == "e4m3":
+        qc, qs = hopattn.quantize_fp8(q, scaling="block", block_rows=128, hadamard=True, seed=0)
+        kc, ks = hopattn.quantize_fp8(k, scaling="block", block_rows=128, hadamard=True, seed=0)
+        vc, vs = hopattn.quantize_fp8(v, scaling="head", hadamard=False, layout="v_transposed")
+        # forward_fp8 takes no workspace argument: its frontend is the one that adds the record's.
+        hopattn.fp8.frontend_for = lambda q, first="q": TimelineFrontend(q, workspace)
+        run = lambda: hopattn.forward_fp8(qc, qs, kc, ks, vc, vs, causal=args.causal,  # noqa: E731
+                                          v_layout="v_transposed")
     else:
         fe = TimelineFrontend(q, workspace)
         run = lambda: forward(fe, q, k, v, args.causal, args.head_dim ** -0.5, FIXED, False)[0]  # noqa: E731
@@ -306,13 +319,14 @@ def main():
     error = ((out.float() - reference).norm() / reference.norm()).item()
     words = workspace[:record_bytes].view(torch.int64).cpu().numpy()
     tile, record = read_record(words, events, constants)
-    summary = analyse(record, tile)
+    summary = analyse(record, tile, TENSOR_FLOP_PER_CYCLE[args.dtype])
     commit = os.environ.get("HOPATTN_COMMIT") or subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+        text=True).stdout.strip() or "unknown"
+    case = dict(dtype=args.dtype, batch=batch, seqlen=args.seqlen, heads=heads, head_dim=args.head_dim,
+                causal=args.causal, **tile)
     report = dict(report_header(torch, hopattn, commit, timing="one launch's SM clock stamps (timeline build)"),
-                  impl=args.impl, case=dict(dtype=args.dtype, batch=batch, seqlen=args.seqlen, heads=heads, head_dim=args.head_dim,
-                            causal=args.causal, **tile),
-                  relative_error_vs_sdpa_float32=error, **summary)
+                  impl=args.impl, case=case, relative_error_vs_sdpa_float32=error, **summary)
     print(f"relative error against SDPA in float32: {error:.2e}; {summary['tiles_recorded']} tiles, "
           f"{summary['steps_recorded']} steps recorded; tile {tile['block_m']} x {tile['block_n']}, "
           f"{tile['consumers']} consumer warpgroups")

@@ -38,10 +38,11 @@ struct Timeline {
   // The record: a header of kHeaderWords (kMagic, kRolesPerCta, kEntries, the grid's CTAs, then the
   // tile's query rows, its keys per step, head_dim and the consumer warpgroups), then
   // kEntries words per CTA and role (role 0 the producer warp, 1.. the consumer warpgroups): a count,
-  // then that many stamps, each event << 56 | (arg & 0xffff) << 40 | the clock's low 40 bits.
+  // then that many stamps, each the 32-bit clock in its low word and event << 24 | (arg & 0xffff)
+  // in its high word.
   static constexpr int kHeaderWords = 32;  // 256 bytes, so that what follows keeps the workspace's alignment
   static constexpr int kMaxCtas = 160, kRolesPerCta = 4, kEntries = 16384;
-  static constexpr uint64_t kMagic = 0x68746c6e'00000001ull;  // "htln", version 1
+  static constexpr uint64_t kMagic = 0x68746c6e'00000002ull;  // "htln", version 2
   static constexpr size_t kWorkspaceBytes =
       kEnabled ? (kHeaderWords + size_t(kMaxCtas) * kRolesPerCta * kEntries) * sizeof(uint64_t) : 0;
 
@@ -66,17 +67,20 @@ struct Timeline {
   }
 };
 
-// What one role stamps. Every thread of the role calls it (the clock read and the count are
-// uniform); only the role's first thread writes.
+// What one role stamps. Every thread of the role calls it (the clock read and the index are
+// uniform); only the role's first thread writes. A stamp is a clock read, a compare, an address and
+// a 64-bit store: the writer's state is two indices into the record, and its address is read from
+// the kernel's parameters (a pointer held across the key loop cost head_dim 256 more spills).
 class TimelineRole {
  public:
 #ifdef HOPATTN_TIMELINE
   // `tile`: the kernel's block_m, block_n, head_dim and consumer warpgroups, for the header.
-  __device__ TimelineRole(Timeline::Params const& params, int role, bool writer, int4 tile)
-      : record_(params.timeline_record + Timeline::kHeaderWords +
-                (size_t(blockIdx.x) * Timeline::kRolesPerCta + role) * Timeline::kEntries),
-        writer_(writer && blockIdx.x < Timeline::kMaxCtas && role < Timeline::kRolesPerCta) {
-    if (writer && blockIdx.x == 0 && role == 0) {
+  __device__ TimelineRole(Timeline::Params const& params, int role, bool writer, int4 tile) : params_(params) {
+    const bool writes = writer && blockIdx.x < Timeline::kMaxCtas && role < Timeline::kRolesPerCta;
+    const int base = int(blockIdx.x * Timeline::kRolesPerCta + role) * Timeline::kEntries;
+    index_ = writes ? base + 1 : 1;
+    end_ = writes ? base + Timeline::kEntries : 0;
+    if (writes && blockIdx.x == 0 && role == 0) {
       uint64_t* header = params.timeline_record;
       header[0] = Timeline::kMagic;
       header[1] = Timeline::kRolesPerCta;
@@ -88,23 +92,26 @@ class TimelineRole {
       header[7] = tile.w;
     }
   }
+  // Past the slot's last entry the stamps are dropped.
   __device__ void stamp(TimelineEvent event, int arg = 0) {
-    uint64_t clock;
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(clock)::"memory");
-    if (writer_ && count_ < Timeline::kEntries - 1) {
-      record_[1 + count_] = uint64_t(event) << 56 | uint64_t(arg & 0xffff) << 40 | (clock & ((1ull << 40) - 1));
+    uint32_t clock;
+    asm volatile("mov.u32 %0, %%clock;" : "=r"(clock));
+    if (index_ < end_) {
+      reinterpret_cast<uint2*>(params_.timeline_record + Timeline::kHeaderWords)[index_] =
+          make_uint2(clock, uint32_t(event) << 24 | (uint32_t(arg) & 0xffff));
     }
-    ++count_;
+    ++index_;
   }
-  // The count, once the role is done (stamps past the capacity are counted, not kept).
+  // The count of stamps kept, once the role is done.
   __device__ void finish() const {
-    if (writer_) record_[0] = count_ < Timeline::kEntries - 1 ? count_ : Timeline::kEntries - 1;
+    const int base = end_ - Timeline::kEntries;
+    if (end_ > 0) params_.timeline_record[Timeline::kHeaderWords + base] = min(index_, end_) - base - 1;
   }
 
  private:
-  uint64_t* record_;
-  bool writer_;
-  int count_ = 0;
+  Timeline::Params const& params_;
+  int index_;  // the next stamp's word of the record (after the header)
+  int end_;    // one past the slot's last word; 0 where the thread does not write
 #else
   __device__ TimelineRole(Timeline::Params const&, int, bool, int4) {}
   __device__ void stamp(TimelineEvent, int = 0) {}
