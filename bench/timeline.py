@@ -26,7 +26,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
@@ -58,7 +57,7 @@ def record_format():
 class TimelineFrontend(TorchFrontend):
     """The torch frontend with the timeline's workspace in every call's options."""
 
-    def __init__(self, q, workspace):
+    def __init__(self, torch, q, workspace):
         super().__init__(torch, q)
         self.workspace = workspace
 
@@ -285,6 +284,7 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--png")
     args = parser.parse_args()
+    import torch  # here, so that the record's decoding is importable (and tested) without it
 
     events, constants = record_format()
     batch, heads = max(1, args.tokens // args.seqlen), max(1, args.hidden // args.head_dim)
@@ -305,11 +305,11 @@ def main():
         kc, ks = hopattn.quantize_fp8(k, scaling="block", block_rows=128, hadamard=True, seed=0)
         vc, vs = hopattn.quantize_fp8(v, scaling="head", hadamard=False, layout="v_transposed")
         # forward_fp8 takes no workspace argument: its frontend is the one that adds the record's.
-        hopattn.fp8.frontend_for = lambda q, first="q": TimelineFrontend(q, workspace)
+        hopattn.fp8.frontend_for = lambda q, first="q": TimelineFrontend(torch, q, workspace)
         run = lambda: hopattn.forward_fp8(qc, qs, kc, ks, vc, vs, causal=args.causal,  # noqa: E731
                                           v_layout="v_transposed")
     else:
-        fe = TimelineFrontend(q, workspace)
+        fe = TimelineFrontend(torch, q, workspace)
         run = lambda: forward(fe, q, k, v, args.causal, args.head_dim ** -0.5, FIXED, False)[0]  # noqa: E731
     for _ in range(args.launches):
         out = run()

@@ -1,0 +1,105 @@
+"""bench/timeline.py's reading of a timeline record (src/sm90/kernel/timeline.hpp), on the CPU: a
+record written by the kernel's rule with known phase lengths, a clock that wraps its 32 bits, two
+consumer warpgroups and a producer, comes back as those lengths."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import timeline  # noqa: E402
+
+EVENTS, CONSTANTS = timeline.record_format()
+IDS = {name: value for value, name in EVENTS.items()}
+TILE = (128, 128, 128, 2)  # block_m, block_n, head_dim, consumer warpgroups
+STEP = dict(InputsReady=20, Turn=30, Issued=300, ScoresDone=100, SoftmaxDone=1000, OutputDone=150)
+CONVERSION = 200  # OutputDone to the next StepBegin
+BLOCKS, TILES, CTAS = 7, 4, 2
+LEAD = 3000  # the producer issues K this long before its step begins
+
+
+def write(words, cta, role, stamps):
+    """The kernel's rule: the slot's first word the count, then one word a stamp, the 32-bit clock
+    in its low half and event << 24 | arg in its high half."""
+    base = CONSTANTS["kHeaderWords"] + (cta * CONSTANTS["kRolesPerCta"] + role) * CONSTANTS["kEntries"]
+    words[base] = len(stamps)
+    for i, (event, arg, clock) in enumerate(stamps):
+        words[base + 1 + i] = (IDS[event] << 24 | arg) << 32 | clock % 2**32
+
+
+@pytest.fixture(scope="module")
+def record():
+    words = np.zeros(CONSTANTS["kHeaderWords"] + CONSTANTS["kMaxCtas"] * CONSTANTS["kRolesPerCta"]
+                     * CONSTANTS["kEntries"], dtype=np.uint64)
+    words[:8] = (CONSTANTS["kMagic"], CONSTANTS["kRolesPerCta"], CONSTANTS["kEntries"], CTAS) + TILE
+    for cta in range(CTAS):
+        loads = []
+        for role in (1, 2):
+            t, stamps = 2**32 - 5000 + 700 * role, []  # the clock wraps inside the record
+            for tile in range(TILES):
+                stamps += [("TileBegin", tile, t), ("QueryReady", 0, t + 300), ("ScoresDone", 0, t + 800),
+                           ("SoftmaxDone", 0, t + 1700)]
+                t += 1750
+                for block in range(BLOCKS, 0, -1):
+                    if role == 1:
+                        loads.append((tile, block, t - LEAD))
+                    stamps.append(("StepBegin", block, t))
+                    for event, length in STEP.items():
+                        t += length
+                        stamps.append((event, 0, t))
+                    t += CONVERSION
+                stamps += [("MainloopDone", 0, t), ("EpilogueDone", 0, t + 400)]
+                t += 500
+            write(words, cta, role, stamps)
+        producer = []
+        for tile in range(TILES):
+            tile_loads = [load for load in loads if load[0] == tile]
+            producer.append(("TileBegin", tile, tile_loads[0][2] - 1))
+            producer += [("LoadK", block, clock) for _, block, clock in tile_loads]
+        write(words, cta, 0, producer)
+    return timeline.read_record(words.view(np.int64), EVENTS, CONSTANTS)
+
+
+def test_the_header_gives_the_kernels_tile(record):
+    tile, _ = record
+    assert tuple(tile.values()) == TILE
+
+
+def test_every_role_of_every_cta_is_read_in_order(record):
+    _, stamps = record
+    assert sorted(stamps) == [(cta, role) for cta in range(CTAS) for role in range(3)]
+    for role_stamps in stamps.values():
+        clocks = [clock for _, _, clock in role_stamps]
+        assert clocks == sorted(clocks)  # unwrapped across 2^32
+
+
+def test_the_step_phases_come_back(record):
+    tile, stamps = record
+    summary = timeline.analyse(stamps, tile, 4096)
+    steps = summary["steps"]
+    expected = dict(zip((name for name, _, _ in timeline.STEP_PHASES), list(STEP.values()) + [CONVERSION]))
+    for name, length in expected.items():
+        assert steps[name]["median"] == steps[name]["p10"] == steps[name]["p90"] == length, name
+    assert steps["step"]["median"] == sum(STEP.values()) + CONVERSION
+    assert summary["steps_recorded"] == CTAS * 2 * TILES * BLOCKS
+    # Both warpgroups' GEMMs of a 128 x 128 step at head_dim 128: 2 * 2 * 128^3 / 4096 cycles.
+    assert summary["tensor_core_floor_cycles_per_step"] == 2048
+
+
+def test_the_tile_phases_and_the_load_lead_come_back(record):
+    tile, stamps = record
+    summary = timeline.analyse(stamps, tile, 4096)
+    tiles = summary["tiles"]
+    assert tiles["Q wait"]["median"] == 300
+    assert tiles["first S"]["median"] == 500
+    assert tiles["epilogue"]["median"] == 400
+    assert tiles["to the next tile"]["median"] == 100
+    # K is issued LEAD before its step begins; the consumer finds it at InputsReady, 20 later.
+    assert summary["k_load_lead_cycles"]["p10"] == LEAD + STEP["InputsReady"]
+
+
+def test_a_record_without_the_magic_is_refused():
+    words = np.zeros(CONSTANTS["kHeaderWords"] + 8, dtype=np.int64)
+    with pytest.raises(SystemExit, match="HOPATTN_TIMELINE"):
+        timeline.read_record(words, EVENTS, CONSTANTS)
