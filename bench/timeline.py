@@ -208,10 +208,8 @@ def analyse(record, kernel_tile, flop_per_cycle):
         tiles_recorded=len(tiles), steps_recorded=len(steps))
 
 
-# The tile's own phases outside its key steps: (name, from event, to event, colour).
-TILE_SEGMENTS = [("Q wait", "TileBegin", "QueryReady", "#7f7f7f"),
-                 ("first block", "QueryReady", "SoftmaxDone", "#c7c7c7"),
-                 ("epilogue", "MainloopDone", "EpilogueDone", "#8c564b")]
+# The drawing's colours: the tile's own phases that lie between two of its stamps, then the steps'.
+TILE_COLOURS = {"Q wait": "#7f7f7f", "first S": "#dbdb8d", "first softmax": "#c7c7c7", "epilogue": "#8c564b"}
 COLOURS = {"inputs wait": "#d62728", "turn wait": "#ff9896", "issue S, rescale O, issue P V": "#1f77b4",
            "S wait": "#aec7e8", "softmax": "#2ca02c", "P V wait": "#98df8a", "P conversion, loop": "#9467bd"}
 
@@ -249,9 +247,9 @@ def draw(record, cta, consumers, path, title, tiles_shown=3):
             first = {}
             for event, cycle in events:
                 first.setdefault(event, cycle)
-            for _, a, b, colour in TILE_SEGMENTS:
-                if a in first and b in first:
-                    ax.barh(role, first[b] - first[a], left=first[a] - start, color=colour, height=0.6)
+            for name, a, b in TILE_PHASES:
+                if name in TILE_COLOURS and a in first and b in first:
+                    ax.barh(role, first[b] - first[a], left=first[a] - start, color=TILE_COLOURS[name], height=0.6)
     producer = [(e, a, c) for e, a, c in record.get((cta, 0), []) if start <= c <= end]
     for event, _, cycle in producer:
         if event in ("LoadK", "LoadV", "LoadQ"):
@@ -260,7 +258,7 @@ def draw(record, cta, consumers, path, title, tiles_shown=3):
     ax.set_ylim(-0.6, consumers + 1.3)
     ax.set_yticks(range(consumers + 1), ["producer (K, V, Q)"] + [f"warpgroup {r}" for r in range(1, consumers + 1)])
     ax.set_xlabel(f"SM cycles (CTA {cta})")
-    legend = [(n, c) for n, _, _, c in TILE_SEGMENTS] + list(COLOURS.items())
+    legend = list(TILE_COLOURS.items()) + list(COLOURS.items())
     ax.legend(handles=[Patch(color=c, label=n) for n, c in legend], ncol=5, fontsize=8, loc="upper right")
     ax.set_title(title)
     fig.tight_layout()
