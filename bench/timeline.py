@@ -95,7 +95,9 @@ def read_record(words, events, constants):
     return tile, record
 
 
-def spread(values):
+def deciles(values):
+    """Median and 10th and 90th percentiles: the cycles of a typical step, which a tile's first and
+    last steps would hide in bench_common.spread's min and max."""
     if not values:
         return None
     ordered = sorted(values)
@@ -135,43 +137,61 @@ def consumer_tiles(stamps):
     return tiles
 
 
-def step_phases(tile_stamps):
-    """[{phase: cycles, 'step': cycles, 'block': key block}] of a tile's overlapped steps."""
-    steps, current = [], None
-    mainloop_done = next((c for e, _, c in tile_stamps if e == "MainloopDone"), None)
+# The events a complete step has stamped, besides its begin (STEP_PHASES' own, but "next").
+STEP_EVENTS = {event for _, a, b in STEP_PHASES for event in (a, b)} - {"StepBegin", "next"}
+
+
+def step_marks(tile_stamps):
+    """[{event: cycle, 'next': cycle, 'block': key block}] of a tile's overlapped steps; 'next' is
+    the following step's begin. The last step has none: the tile's last P V and normalisation
+    follow it (TILE_PHASES), not a step's P conversion."""
+    steps = []
     for event, arg, cycle in tile_stamps:
         if event == "StepBegin":
-            if current is not None:
-                current["next"] = cycle
-            current = {"StepBegin": cycle, "block": arg}
-            steps.append(current)
-        elif current is not None and event in ("InputsReady", "Turn", "Issued", "ScoresDone", "SoftmaxDone",
-                                               "OutputDone"):
-            current[event] = cycle
-    if steps and mainloop_done is not None:
-        steps[-1].setdefault("next", mainloop_done)
-    phases = []
-    for s in steps:
-        if all(k in s for k in ("InputsReady", "Turn", "Issued", "ScoresDone", "SoftmaxDone", "OutputDone", "next")):
-            row = {name: s[b] - s[a] for name, a, b in STEP_PHASES}
-            row["step"] = s["next"] - s["StepBegin"]
-            row["block"] = s["block"]
-            phases.append(row)
-    return phases
+            if steps:
+                steps[-1]["next"] = cycle
+            steps.append({"StepBegin": cycle, "block": arg})
+        elif steps and event in STEP_EVENTS:
+            steps[-1][event] = cycle
+    return steps
+
+
+def step_phases(tile_stamps):
+    """[{phase: cycles, 'step': cycles}] of a tile's steps that stamped every point (all but its last)."""
+    return [dict({name: s[b] - s[a] for name, a, b in STEP_PHASES}, step=s["next"] - s["StepBegin"])
+            for s in step_marks(tile_stamps) if STEP_EVENTS | {"next"} <= s.keys()]
+
+
+def tile_marks(tile_stamps, next_begin):
+    """The cycle of each event's first stamp in the tile, and the two points TILE_PHASES adds."""
+    points = {}
+    for event, _, cycle in tile_stamps:
+        points.setdefault(event, cycle)
+    points["last OutputDone"] = max((c for e, _, c in tile_stamps if e == "OutputDone"), default=None)
+    points["next TileBegin"] = next_begin
+    return points
 
 
 def tile_phases(tile_stamps, next_begin):
-    first = {}
-    for event, _, cycle in tile_stamps:
-        first.setdefault(event, cycle)
-    last_output = max((c for e, _, c in tile_stamps if e == "OutputDone"), default=None)
-    points = dict(first, **{"last OutputDone": last_output, "next TileBegin": next_begin})
+    points = tile_marks(tile_stamps, next_begin)
     return {name: points[b] - points[a] for name, a, b in TILE_PHASES
             if points.get(a) is not None and points.get(b) is not None}
 
 
+def k_loads(producer):
+    """{(tile, key block): cycle} of the producer's K loads."""
+    loads, tile = {}, None
+    for event, arg, cycle in producer:
+        if event == "TileBegin":
+            tile = arg
+        elif event == "LoadK":
+            loads[(tile, arg)] = cycle
+    return loads
+
+
 def analyse(record, kernel_tile, flop_per_cycle):
     steps, tiles, leads = [], [], []
+    loads = {cta: k_loads(stamps) for (cta, role), stamps in record.items() if role == 0}
     for (cta, role), stamps in record.items():
         if role == 0:
             continue
@@ -180,36 +200,27 @@ def analyse(record, kernel_tile, flop_per_cycle):
             steps += step_phases(tile_stamps)
             next_begin = cut[i + 1][1][0][2] if i + 1 < len(cut) else None
             tiles.append(tile_phases(tile_stamps, next_begin))
-        # How long before the consumer's use (its InputsReady) the producer issued each K block.
-        producer = record.get((cta, 0), [])
-        loads, tile_of_producer = {}, None
-        for event, arg, cycle in producer:
-            if event == "TileBegin":
-                tile_of_producer = arg
-            elif event == "LoadK":
-                loads[(tile_of_producer, arg)] = cycle
-        for tile, tile_stamps in cut:
-            block = None
-            for event, arg, cycle in tile_stamps:
-                if event == "StepBegin":
-                    block = arg
-                elif event == "InputsReady" and (tile, block) in loads:
-                    leads.append(cycle - loads[(tile, block)])
+            # How long before the consumer found K (its InputsReady) the producer issued the load.
+            leads += [s["InputsReady"] - loads[cta][(tile, s["block"])] for s in step_marks(tile_stamps)
+                      if "InputsReady" in s and (tile, s["block"]) in loads.get(cta, {})]
     # A warpgroup's step (S and P V of its rows) recurs once every warpgroup has done its own.
     floor = 2 * 2 * kernel_tile["block_m"] * kernel_tile["block_n"] * kernel_tile["head_dim"] / flop_per_cycle
-    step_stats = {name: spread([s[name] for s in steps]) for name, _, _ in STEP_PHASES}
-    step_stats["step"] = spread([s["step"] for s in steps])
+    step_stats = {name: deciles([s[name] for s in steps]) for name, _, _ in STEP_PHASES}
+    step_stats["step"] = deciles([s["step"] for s in steps])
     return dict(
         steps=step_stats,
         tensor_core_floor_cycles_per_step=floor,
         tensor_core_share=floor / step_stats["step"]["median"] if step_stats["step"] else None,
-        tiles={name: spread([t[name] for t in tiles if name in t]) for name, _, _ in TILE_PHASES},
-        k_load_lead_cycles=spread(leads),
+        tiles={name: deciles([t[name] for t in tiles if name in t]) for name, _, _ in TILE_PHASES},
+        k_load_lead_cycles=deciles(leads),
         tiles_recorded=len(tiles), steps_recorded=len(steps))
 
 
 # The drawing's colours: the tile's own phases that lie between two of its stamps, then the steps'.
-TILE_COLOURS = {"Q wait": "#7f7f7f", "first S": "#dbdb8d", "first softmax": "#c7c7c7", "epilogue": "#8c564b"}
+TILE_COLOURS = {"Q wait": "#7f7f7f", "first S": "#dbdb8d", "first softmax": "#c7c7c7",
+                "last P V and normalisation": "#bcbd22", "epilogue": "#8c564b"}
+# The producer's loads, as ticks on its row: (offset from the row, colour).
+LOAD_MARKS = {"LoadK": (-0.25, "C0"), "LoadV": (0.0, "C2"), "LoadQ": (0.25, "C3")}
 COLOURS = {"inputs wait": "#d62728", "turn wait": "#ff9896", "issue S, rescale O, issue P V": "#1f77b4",
            "S wait": "#aec7e8", "softmax": "#2ca02c", "P V wait": "#98df8a", "P conversion, loop": "#9467bd"}
 
@@ -229,32 +240,23 @@ def draw(record, cta, consumers, path, title, tiles_shown=3):
         return
     start, end = min(spans), max(spans)
     fig, ax = plt.subplots(figsize=(16, 1.2 + 0.9 * (consumers + 1)))
+    def bar(role, points, a, b, colour):  # where both points were stamped
+        if points.get(a) is not None and points.get(b) is not None:
+            ax.barh(role, points[b] - points[a], left=points[a] - start, color=colour, height=0.6)
+
     for role, cut in rows.items():
         for _, stamps in cut:
-            events = [(e, c) for e, _, c in stamps]
-            begin = None
-            marks = {}
-            for event, cycle in events + [("StepBegin", None)]:
-                if event == "StepBegin":
-                    if begin is not None and all(k in marks for k in ("InputsReady", "Turn", "Issued", "ScoresDone",
-                                                                      "SoftmaxDone", "OutputDone")):
-                        marks["StepBegin"], marks["next"] = begin, cycle or marks["OutputDone"]
-                        for name, a, b in STEP_PHASES:
-                            ax.barh(role, marks[b] - marks[a], left=marks[a] - start, color=COLOURS[name], height=0.6)
-                    begin, marks = cycle, {}
-                else:
-                    marks[event] = cycle
-            first = {}
-            for event, cycle in events:
-                first.setdefault(event, cycle)
+            for marks in step_marks(stamps):
+                for name, a, b in STEP_PHASES:
+                    bar(role, marks, a, b, COLOURS[name])
+            points = tile_marks(stamps, None)
             for name, a, b in TILE_PHASES:
-                if name in TILE_COLOURS and a in first and b in first:
-                    ax.barh(role, first[b] - first[a], left=first[a] - start, color=TILE_COLOURS[name], height=0.6)
-    producer = [(e, a, c) for e, a, c in record.get((cta, 0), []) if start <= c <= end]
-    for event, _, cycle in producer:
-        if event in ("LoadK", "LoadV", "LoadQ"):
-            offset = {"LoadK": -0.25, "LoadV": 0.0, "LoadQ": 0.25}[event]
-            ax.plot(cycle - start, offset, marker="|", color={"LoadK": "C0", "LoadV": "C2", "LoadQ": "C3"}[event])
+                if name in TILE_COLOURS:
+                    bar(role, points, a, b, TILE_COLOURS[name])
+    for event, _, cycle in record.get((cta, 0), []):
+        if event in LOAD_MARKS and start <= cycle <= end:
+            offset, colour = LOAD_MARKS[event]
+            ax.plot(cycle - start, offset, marker="|", color=colour)
     ax.set_ylim(-0.6, consumers + 1.3)
     ax.set_yticks(range(consumers + 1), ["producer (K, V, Q)"] + [f"warpgroup {r}" for r in range(1, consumers + 1)])
     ax.set_xlabel(f"SM cycles (CTA {cta})")

@@ -70,7 +70,8 @@ struct Timeline {
 // What one role stamps. Every thread of the role calls it (the clock read and the index are
 // uniform); only the role's first thread writes. A stamp is a clock read, a compare, an address and
 // a 64-bit store: the writer's state is two indices into the record, and its address is read from
-// the kernel's parameters (a pointer held across the key loop cost head_dim 256 more spills).
+// the kernel's parameters at each stamp (held in registers across the key loop, it cost FP8
+// head_dim 256 up to 52 more bytes of spills).
 class TimelineRole {
  public:
 #ifdef HOPATTN_TIMELINE
