@@ -189,6 +189,42 @@ def k_loads(producer):
     return loads
 
 
+def pingpong(record, kernel_tile, flop_per_cycle):
+    """How the consumer warpgroups of each SM hand the tensor cores to each other, from every step's
+    stamps on one SM clock:
+    - the turns: the steps of all warpgroups of a CTA in the order they issued their S (took their
+      turns); for each, the cycles from the previous step's S retiring to this one's turn. The
+      tensor cores have the previous step's P V to run meanwhile, so a gap beyond P V's nominal
+      time (one warpgroup's 64 rows at flop_per_cycle) is time they may stand idle for want of an
+      issue ('late' turns, and the cycles beyond, an upper bound if they run below nominal);
+    - the softmax overlap: the share of the warpgroups' softmax cycles during which another
+      warpgroup of the SM was in its softmax too (ideally 0: each softmax runs under the others'
+      GEMMs, and two softmaxes share the SM's exponential units)."""
+    pv_cycles = 2 * 64 * kernel_tile["block_n"] * kernel_tile["head_dim"] / flop_per_cycle
+    gaps, beyond, softmax_cycles, overlapped = [], 0, 0, 0
+    for cta in sorted({cta for cta, role in record if role > 0}):
+        steps = [dict(marks, role=role) for (c, role), stamps in record.items() if c == cta and role > 0
+                 for _, tile_stamps in consumer_tiles(stamps) for marks in step_marks(tile_stamps)
+                 if {"Turn", "ScoresDone", "SoftmaxDone"} <= marks.keys()]
+        steps.sort(key=lambda s: s["Turn"])
+        for previous, step in zip(steps, steps[1:]):
+            gaps.append(step["Turn"] - previous["ScoresDone"])
+            beyond += max(0.0, gaps[-1] - pv_cycles)
+        # The softmax intervals of all warpgroups, swept in time order: +1 at a start, -1 at an end.
+        edges = sorted([(s["ScoresDone"], 1) for s in steps] + [(s["SoftmaxDone"], -1) for s in steps])
+        active, last = 0, None
+        for cycle, change in edges:
+            if last is not None and active:
+                softmax_cycles += active * (cycle - last)
+                overlapped += active * (cycle - last) if active > 1 else 0
+            active, last = active + change, cycle
+    late = [g for g in gaps if g > pv_cycles]
+    return dict(p_v_nominal_cycles=pv_cycles, turn_after_previous_s=deciles(gaps),
+                late_turn_share=len(late) / len(gaps) if gaps else None,
+                late_cycles_per_turn=beyond / len(gaps) if gaps else None,
+                softmax_overlap_share=overlapped / softmax_cycles if softmax_cycles else None)
+
+
 def analyse(record, kernel_tile, flop_per_cycle):
     steps, tiles, leads = [], [], []
     loads = {cta: k_loads(stamps) for (cta, role), stamps in record.items() if role == 0}
@@ -213,6 +249,7 @@ def analyse(record, kernel_tile, flop_per_cycle):
         tensor_core_share=floor / step_stats["step"]["median"] if step_stats["step"] else None,
         tiles={name: deciles([t[name] for t in tiles if name in t]) for name, _, _ in TILE_PHASES},
         k_load_lead_cycles=deciles(leads),
+        pingpong=pingpong(record, kernel_tile, flop_per_cycle),
         tiles_recorded=len(tiles), steps_recorded=len(steps))
 
 
@@ -344,6 +381,15 @@ def main():
     if summary["k_load_lead_cycles"]:
         lead = summary["k_load_lead_cycles"]
         print(f"K issued ahead of its use: median {lead['median']:.0f} cycles [{lead['p10']:.0f}, {lead['p90']:.0f}]")
+    turns = summary["pingpong"]
+    if turns["turn_after_previous_s"]:
+        gap = turns["turn_after_previous_s"]
+        print(f"turns: each S issued {gap['median']:.0f} cycles [{gap['p10']:.0f}, {gap['p90']:.0f}] after the "
+              f"previous S on the SM retired; later than that step's P V ({turns['p_v_nominal_cycles']:.0f} "
+              f"nominal) in {turns['late_turn_share']:.0%} of turns, {turns['late_cycles_per_turn']:.0f} cycles "
+              f"beyond a turn")
+    if turns["softmax_overlap_share"] is not None:
+        print(f"softmax cycles with another warpgroup in its softmax too: {turns['softmax_overlap_share']:.0%}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     if args.png:

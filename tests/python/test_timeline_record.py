@@ -105,3 +105,48 @@ def test_a_record_without_the_magic_is_refused():
     words = np.zeros(CONSTANTS["kHeaderWords"] + 8, dtype=np.int64)
     with pytest.raises(SystemExit, match="HOPATTN_TIMELINE"):
         timeline.read_record(words, EVENTS, CONSTANTS)
+
+
+def record_of_turns(turns, softmax):
+    """One CTA whose consumer warpgroups (role: [turn cycles]) each run one tile of steps: S retires
+    600 after the turn, the softmax lasts `softmax`; what the pingpong analysis reads."""
+    words = np.zeros(CONSTANTS["kHeaderWords"] + CONSTANTS["kMaxCtas"] * CONSTANTS["kRolesPerCta"]
+                     * CONSTANTS["kEntries"], dtype=np.uint64)
+    words[:8] = (CONSTANTS["kMagic"], CONSTANTS["kRolesPerCta"], CONSTANTS["kEntries"], 1) + TILE
+    for role, role_turns in turns.items():
+        stamps = [("TileBegin", 0, role_turns[0] - 100)]
+        for block, turn in enumerate(role_turns):
+            done = turn + 600
+            stamps += [("StepBegin", block, turn - 50), ("InputsReady", 0, turn - 10), ("Turn", 0, turn),
+                       ("Issued", 0, turn + 200), ("ScoresDone", 0, done), ("SoftmaxDone", 0, done + softmax),
+                       ("OutputDone", 0, done + softmax + 20)]
+        write(words, 0, role, stamps + [("MainloopDone", 0, stamps[-1][2] + 100)])
+    return timeline.read_record(words.view(np.int64), EVENTS, CONSTANTS)
+
+
+def test_each_turn_is_read_against_the_previous_s_on_the_sm():
+    # Warpgroup 2 takes its turn 400 after warpgroup 1's S retired, warpgroup 1 its next 600 after
+    # 2's; at the end warpgroup 2 takes two turns in a row, 2,000 after its own S.
+    turns = {1: [1000, 3200, 5400], 2: [2000, 4200, 6400, 9000]}
+    tile, stamps = record_of_turns(turns, softmax=1200)
+    turns_seen = timeline.analyse(stamps, tile, 4096)["pingpong"]
+    assert turns_seen["p_v_nominal_cycles"] == 512  # 64 rows x 128 keys x head_dim 128
+    gaps = turns_seen["turn_after_previous_s"]
+    assert (gaps["n"], gaps["p10"], gaps["median"], gaps["p90"]) == (6, 400, 500, 2000)
+    assert turns_seen["late_turn_share"] == pytest.approx(3 / 6)
+    assert turns_seen["late_cycles_per_turn"] == pytest.approx((2 * (600 - 512) + 2000 - 512) / 6)
+
+
+@pytest.mark.parametrize("softmax", [300, 1200, 1500])
+def test_the_softmax_overlap_is_the_share_of_softmax_cycles_shared(softmax):
+    turns = {1: [1000, 3200, 5400], 2: [2000, 4200, 6400]}
+    tile, stamps = record_of_turns(turns, softmax)
+    # Counted cycle by cycle: how many warpgroups are in their softmax.
+    busy = np.zeros(10000, dtype=int)
+    for role_turns in turns.values():
+        for turn in role_turns:
+            busy[turn + 600: turn + 600 + softmax] += 1
+    expected = busy[busy > 1].sum() / busy.sum()
+    share = timeline.analyse(stamps, tile, 4096)["pingpong"]["softmax_overlap_share"]
+    assert share == pytest.approx(expected)
+    assert (share == 0) == (softmax <= 1000)
