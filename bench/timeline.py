@@ -16,6 +16,7 @@ performance log), its hopper/ folder in --fa3-path: the record's address goes to
 $HOPATTN_TIMELINE_FA3_RECORD.
 """
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -189,9 +190,33 @@ def k_loads(producer):
     return loads
 
 
+def depth_cycles(intervals):
+    """{depth: cycles} of a set of [begin, end) intervals: how long exactly `depth` of them were open
+    at once (touching intervals do not overlap)."""
+    edges = sorted([(a, 1) for a, b in intervals if b > a] + [(b, -1) for a, b in intervals if b > a])
+    cycles, depth, last = collections.Counter(), 0, None
+    for cycle, change in edges:
+        if depth:
+            cycles[depth] += cycle - last
+        depth, last = depth + change, cycle
+    return cycles
+
+
+def gemm_intervals(tile_stamps, next_begin):
+    """When a warpgroup of one tile has a GEMM issued and not yet seen retired: the first Q K^T (from
+    Q's arrival), each step's S and P V (from its turn to its P V's retirement) and the last P V
+    (with the normalisation, to the mainloop's end). Retirement is seen late (after the softmax),
+    so these overstate the tensor cores' busy time."""
+    points = tile_marks(tile_stamps, next_begin)
+    intervals = [(points["QueryReady"], points["ScoresDone"])] if "QueryReady" in points and "ScoresDone" in points else []
+    intervals += [(s["Turn"], s["OutputDone"]) for s in step_marks(tile_stamps) if "Turn" in s and "OutputDone" in s]
+    if points.get("last OutputDone") is not None and "MainloopDone" in points:
+        intervals.append((points["last OutputDone"], points["MainloopDone"]))
+    return intervals
+
+
 def pingpong(record, kernel_tile, flop_per_cycle):
-    """How the consumer warpgroups of each SM hand the tensor cores to each other, from every step's
-    stamps on one SM clock:
+    """How the consumer warpgroups of each SM share its tensor cores, from every stamp on one SM clock:
     - the turns: the steps of all warpgroups of a CTA in the order they issued their S (took their
       turns); for each, the cycles from the previous step's S retiring to this one's turn. The
       tensor cores have the previous step's P V to run meanwhile, so a gap beyond P V's nominal
@@ -199,30 +224,39 @@ def pingpong(record, kernel_tile, flop_per_cycle):
       issue ('late' turns, and the cycles beyond, an upper bound if they run below nominal);
     - the softmax overlap: the share of the warpgroups' softmax cycles during which another
       warpgroup of the SM was in its softmax too (ideally 0: each softmax runs under the others'
-      GEMMs, and two softmaxes share the SM's exponential units)."""
+      GEMMs, and two softmaxes share the SM's exponential units);
+    - no GEMM outstanding: the share of the CTA's time (first tile's begin to last epilogue's end)
+      in which no warpgroup had a GEMM issued and not yet seen retired (gemm_intervals), and those
+      cycles per tile: a floor on the tensor cores' idle time, tile boundaries included."""
     pv_cycles = 2 * 64 * kernel_tile["block_n"] * kernel_tile["head_dim"] / flop_per_cycle
-    gaps, beyond, softmax_cycles, overlapped = [], 0, 0, 0
+    gaps, beyond = [], 0
+    softmax_depths, idle, span, tiles = collections.Counter(), 0, 0, 0
     for cta in sorted({cta for cta, role in record if role > 0}):
-        steps = [dict(marks, role=role) for (c, role), stamps in record.items() if c == cta and role > 0
-                 for _, tile_stamps in consumer_tiles(stamps) for marks in step_marks(tile_stamps)
-                 if {"Turn", "ScoresDone", "SoftmaxDone"} <= marks.keys()]
+        consumers = {role: consumer_tiles(stamps) for (c, role), stamps in record.items() if c == cta and role > 0}
+        steps = [dict(marks, role=role) for role, cut in consumers.items() for _, tile_stamps in cut
+                 for marks in step_marks(tile_stamps) if {"Turn", "ScoresDone", "SoftmaxDone"} <= marks.keys()]
         steps.sort(key=lambda s: s["Turn"])
         for previous, step in zip(steps, steps[1:]):
             gaps.append(step["Turn"] - previous["ScoresDone"])
             beyond += max(0.0, gaps[-1] - pv_cycles)
-        # The softmax intervals of all warpgroups, swept in time order: +1 at a start, -1 at an end.
-        edges = sorted([(s["ScoresDone"], 1) for s in steps] + [(s["SoftmaxDone"], -1) for s in steps])
-        active, last = 0, None
-        for cycle, change in edges:
-            if last is not None and active:
-                softmax_cycles += active * (cycle - last)
-                overlapped += active * (cycle - last) if active > 1 else 0
-            active, last = active + change, cycle
+        softmax_depths += depth_cycles([(s["ScoresDone"], s["SoftmaxDone"]) for s in steps])
+        gemms = [interval for role, cut in consumers.items() for i, (_, tile_stamps) in enumerate(cut)
+                 for interval in gemm_intervals(tile_stamps, cut[i + 1][1][0][2] if i + 1 < len(cut) else None)]
+        begins = [stamps[0][2] for cut in consumers.values() for _, stamps in cut[:1]]
+        ends = [c for cut in consumers.values() for _, stamps in cut[-1:] for e, _, c in stamps if e == "EpilogueDone"]
+        if begins and ends:
+            span += max(ends) - min(begins)
+            idle += max(ends) - min(begins) - sum(depth_cycles(gemms).values())
+            tiles += max(len(cut) for cut in consumers.values())
     late = [g for g in gaps if g > pv_cycles]
+    softmax_cycles = sum(depth * cycles for depth, cycles in softmax_depths.items())
+    shared = sum(depth * cycles for depth, cycles in softmax_depths.items() if depth > 1)
     return dict(p_v_nominal_cycles=pv_cycles, turn_after_previous_s=deciles(gaps),
                 late_turn_share=len(late) / len(gaps) if gaps else None,
                 late_cycles_per_turn=beyond / len(gaps) if gaps else None,
-                softmax_overlap_share=overlapped / softmax_cycles if softmax_cycles else None)
+                softmax_overlap_share=shared / softmax_cycles if softmax_cycles else None,
+                no_gemm_share=idle / span if span else None,
+                no_gemm_cycles_per_tile=idle / tiles if tiles else None)
 
 
 def analyse(record, kernel_tile, flop_per_cycle):
@@ -390,6 +424,9 @@ def main():
               f"beyond a turn")
     if turns["softmax_overlap_share"] is not None:
         print(f"softmax cycles with another warpgroup in its softmax too: {turns['softmax_overlap_share']:.0%}")
+    if turns["no_gemm_share"] is not None:
+        print(f"no GEMM outstanding on the SM: {turns['no_gemm_share']:.0%} of its time, "
+              f"{turns['no_gemm_cycles_per_tile']:.0f} cycles a tile")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     if args.png:

@@ -108,19 +108,23 @@ def test_a_record_without_the_magic_is_refused():
 
 
 def record_of_turns(turns, softmax):
-    """One CTA whose consumer warpgroups (role: [turn cycles]) each run one tile of steps: S retires
-    600 after the turn, the softmax lasts `softmax`; what the pingpong analysis reads."""
+    """One CTA whose consumer warpgroups (role: [turn cycles]) each run one tile: a first block whose
+    Q K^T runs from 900 to 500 cycles before the first turn, then steps whose S retires 600 after
+    the turn and whose softmax lasts `softmax`; what the pingpong analysis reads."""
     words = np.zeros(CONSTANTS["kHeaderWords"] + CONSTANTS["kMaxCtas"] * CONSTANTS["kRolesPerCta"]
                      * CONSTANTS["kEntries"], dtype=np.uint64)
     words[:8] = (CONSTANTS["kMagic"], CONSTANTS["kRolesPerCta"], CONSTANTS["kEntries"], 1) + TILE
     for role, role_turns in turns.items():
-        stamps = [("TileBegin", 0, role_turns[0] - 100)]
+        first = role_turns[0]
+        stamps = [("TileBegin", 0, first - 1000), ("QueryReady", 0, first - 900), ("ScoresDone", 0, first - 500),
+                  ("SoftmaxDone", 0, first - 100)]
         for block, turn in enumerate(role_turns):
             done = turn + 600
             stamps += [("StepBegin", block, turn - 50), ("InputsReady", 0, turn - 10), ("Turn", 0, turn),
                        ("Issued", 0, turn + 200), ("ScoresDone", 0, done), ("SoftmaxDone", 0, done + softmax),
                        ("OutputDone", 0, done + softmax + 20)]
-        write(words, 0, role, stamps + [("MainloopDone", 0, stamps[-1][2] + 100)])
+        end = stamps[-1][2] + 100
+        write(words, 0, role, stamps + [("MainloopDone", 0, end), ("EpilogueDone", 0, end + 50)])
     return timeline.read_record(words.view(np.int64), EVENTS, CONSTANTS)
 
 
@@ -150,3 +154,25 @@ def test_the_softmax_overlap_is_the_share_of_softmax_cycles_shared(softmax):
     share = timeline.analyse(stamps, tile, 4096)["pingpong"]["softmax_overlap_share"]
     assert share == pytest.approx(expected)
     assert (share == 0) == (softmax <= 1000)
+
+
+@pytest.mark.parametrize("softmax", [300, 1200])
+def test_the_time_without_a_gemm_outstanding_is_what_no_warpgroup_covers(softmax):
+    turns = {1: [1000, 3200, 5400], 2: [2000, 4200, 6400]}
+    tile, stamps = record_of_turns(turns, softmax)
+    # Cycle by cycle: a warpgroup has a GEMM outstanding for its first Q K^T, from each turn to that
+    # step's P V seen retired (20 after its softmax), then for its last P V and normalisation.
+    busy = np.zeros(10000, dtype=bool)
+    begin, end = min(t[0] for t in turns.values()) - 1000, 0
+    for role_turns in turns.values():
+        busy[role_turns[0] - 900: role_turns[0] - 500] = True
+        for turn in role_turns:
+            busy[turn: turn + 600 + softmax + 20] = True
+        last = role_turns[-1] + 600 + softmax + 20
+        busy[last: last + 100] = True
+        end = max(end, last + 150)
+    idle = (end - begin) - busy[begin:end].sum()
+    turns_seen = timeline.analyse(stamps, tile, 4096)["pingpong"]
+    assert turns_seen["no_gemm_share"] == pytest.approx(idle / (end - begin))
+    assert turns_seen["no_gemm_cycles_per_tile"] == pytest.approx(idle)  # one tile
+    assert idle > 0
