@@ -4,7 +4,9 @@
 true): one launch at one sweep point, its record (src/sm90/kernel/timeline.hpp) read back from the
 workspace, the cycles of each phase of a key step and of a tile (median and spread over every step
 of every SM), the step against the tensor cores' time for it, how far ahead of its use the producer
-loaded each K block, and a drawing of one SM's warpgroups over a few tiles.
+loaded each K block, how the SM's warpgroups share the tensor cores (each turn against the previous
+S, the softmaxes' overlap, the time with no GEMM outstanding), and a drawing of one SM's
+warpgroups over a few tiles.
   HOPATTN_LIBRARY=.variants/timeline/src/libhopattn.so python3 bench/timeline.py \\
       --head-dim 128 --seqlen 8192 --json t.json --png t.png
 A stamp is about 7 instructions, 7 stamps a key step (about 50 instructions, 7% of head_dim 128's
