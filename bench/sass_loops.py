@@ -22,6 +22,7 @@ sum is a floor for one warp alone on its sub-partition."""
 import argparse
 import collections
 import re
+import signal
 import subprocess
 import sys
 
@@ -114,6 +115,7 @@ def main(argv=None):
     dump_parser.add_argument("last")
     dump_parser.add_argument("--kernel", default="")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
     kernels = {name: body for name, body in read_sass(sass_text(args.file)).items() if args.kernel in name}
     if not kernels:
         sys.exit(f"no kernel whose name contains {args.kernel!r} in {args.file}")
