@@ -12,9 +12,9 @@ exponentials interleave with other work):
       waited on, the operand reuse flags
 FILE is `cuobjdump -sass` output, or a .cubin / .so / .o that cuobjdump (on PATH) reads.
 
-The control codes are the top 23 bits of each 128-bit instruction (bits 41-63 of the second
-64-bit word cuobjdump prints): stall 4 bits, yield 1, write scoreboard 3 (7: none), read scoreboard
-3, wait mask 6, reuse 4 (the layout published by reverse engineering since Volta, e.g. Jia et al.,
+The control codes are bits 41-61 of the second 64-bit word cuobjdump prints of each 128-bit
+instruction: stall 4 bits, yield 1, write scoreboard 3 (7: none), read scoreboard 3, wait mask 6,
+reuse 4 (the layout published by reverse engineering since Volta, e.g. Jia et al.,
 "Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking"; checked on sm_90a: an S2R
 sets a write scoreboard and the instruction that reads its result waits on that one). The stall
 is the minimum before the warp's next issue, not the time the instruction takes: a loop's stall
@@ -45,8 +45,11 @@ def read_sass(lines):
     kernels, kernel, pending = collections.OrderedDict(), None, None
     for line in lines:
         match = FUNCTION.search(line)
-        if match:
-            kernel = kernels.setdefault(match.group(1), [])
+        if match:  # a name seen again (another architecture's copy) gets a list of its own
+            name = match.group(1)
+            while name in kernels:
+                name += "'"
+            kernel = kernels.setdefault(name, [])
             continue
         match = FIRST_WORD.match(line)
         if match and kernel is not None:
@@ -63,13 +66,19 @@ def read_sass(lines):
 
 
 def loops(instructions):
-    """(first, last) addresses of each backward branch's span."""
+    """(first, last) addresses of each backward branch's span. ptxas puts the retry of a barrier wait
+    out of line, after the kernel's last EXIT, with a branch back to the wait: not a loop."""
+    last_exit = max((i["address"] for i in instructions if i["opcode"] == "EXIT"), default=None)
     spans = []
     for instruction in instructions:
         if instruction["opcode"].startswith("BRA"):
             target = re.search(r"0x[0-9a-f]+", instruction["text"].split("BRA", 1)[1])
-            if target and int(target.group(0), 16) < instruction["address"]:
-                spans.append((int(target.group(0), 16), instruction["address"]))
+            if not target or int(target.group(0), 16) >= instruction["address"]:
+                continue
+            first = int(target.group(0), 16)
+            if last_exit is not None and first < last_exit < instruction["address"]:
+                continue
+            spans.append((first, instruction["address"]))
     return spans
 
 

@@ -123,7 +123,7 @@ TILE_PHASES = [
     ("Q wait", "TileBegin", "QueryReady"),
     ("first S", "QueryReady", "ScoresDone"),
     ("first softmax", "ScoresDone", "SoftmaxDone"),
-    ("last P V and normalisation", "last OutputDone", "MainloopDone"),
+    ("last P V and normalisation", "before the last P V", "MainloopDone"),
     ("epilogue", "MainloopDone", "EpilogueDone"),
     ("to the next tile", "EpilogueDone", "next TileBegin"),
 ]
@@ -166,11 +166,14 @@ def step_phases(tile_stamps):
 
 
 def tile_marks(tile_stamps, next_begin):
-    """The cycle of each event's first stamp in the tile, and the two points TILE_PHASES adds."""
+    """The cycle of each event's first stamp in the tile, and the two points TILE_PHASES adds: where
+    the tile's last P V follows (its last step's P V retired or, in a tile of one key block, the
+    first softmax done) and the next tile's begin."""
     points = {}
     for event, _, cycle in tile_stamps:
         points.setdefault(event, cycle)
-    points["last OutputDone"] = max((c for e, _, c in tile_stamps if e == "OutputDone"), default=None)
+    points["before the last P V"] = max((c for e, _, c in tile_stamps if e == "OutputDone"),
+                                        default=points.get("SoftmaxDone"))
     points["next TileBegin"] = next_begin
     return points
 
@@ -204,29 +207,32 @@ def depth_cycles(intervals):
     return cycles
 
 
-def gemm_intervals(tile_stamps, next_begin):
-    """When a warpgroup of one tile has a GEMM issued and not yet seen retired: the first Q K^T (from
-    Q's arrival), each step's S and P V (from its turn to its P V's retirement) and the last P V
-    (with the normalisation, to the mainloop's end). Retirement is seen late (after the softmax),
-    so these overstate the tensor cores' busy time."""
-    points = tile_marks(tile_stamps, next_begin)
-    intervals = [(points["QueryReady"], points["ScoresDone"])] if "QueryReady" in points and "ScoresDone" in points else []
-    intervals += [(s["Turn"], s["OutputDone"]) for s in step_marks(tile_stamps) if "Turn" in s and "OutputDone" in s]
-    if points.get("last OutputDone") is not None and "MainloopDone" in points:
-        intervals.append((points["last OutputDone"], points["MainloopDone"]))
-    return intervals
+def gemm_intervals(tile_stamps):
+    """When a warpgroup of one tile has a GEMM issued, or about to be, and not yet seen retired: the
+    first Q K^T (from Q's arrival, so with the wait for the first K), each step's S and P V (from
+    its turn to its P V's retirement) and the last P V (from the point before it, with P's
+    conversion and the normalisation, to the mainloop's end). Retirement is seen late (after the
+    softmax), so these overstate the tensor cores' busy time."""
+    points = tile_marks(tile_stamps, None)
+    spans = [("QueryReady", "ScoresDone"), ("before the last P V", "MainloopDone")]
+    intervals = [(points[a], points[b]) for a, b in spans if points.get(a) is not None and b in points]
+    steps = [s for s in step_marks(tile_stamps) if {"Turn", "OutputDone"} <= s.keys()]
+    return intervals + [(s["Turn"], s["OutputDone"]) for s in steps]
 
 
 def pingpong(record, kernel_tile, flop_per_cycle):
     """How the consumer warpgroups of each SM share its tensor cores, from every stamp on one SM clock:
     - the turns: the steps of all warpgroups of a CTA in the order they issued their S (took their
-      turns); for each, the cycles from the previous step's S retiring to this one's turn. The
-      tensor cores have the previous step's P V to run meanwhile, so a gap beyond P V's nominal
-      time (one warpgroup's 64 rows at flop_per_cycle) is time they may stand idle for want of an
-      issue ('late' turns, and the cycles beyond, an upper bound if they run below nominal);
-    - the softmax overlap: the share of the warpgroups' softmax cycles during which another
-      warpgroup of the SM was in its softmax too (ideally 0: each softmax runs under the others'
-      GEMMs, and two softmaxes share the SM's exponential units);
+      turns; in a kernel without pingpong, simply issued it); for each step after another of the
+      same tile, the cycles from that step's S retiring to this one's turn. The tensor cores have
+      that step's P V to run meanwhile, so a gap beyond P V's nominal time (one warpgroup's 64 rows
+      at flop_per_cycle) is time they may stand idle for want of an issue ('late' turns, and the
+      cycles beyond, on average per turn: an upper bound if they run below nominal). A tile's
+      first step follows its tile boundary, which the no-GEMM reading covers;
+    - the softmax overlap: the share of the warpgroups' softmax cycles (each tile's first softmax
+      and every step's) during which another warpgroup of the SM was in its softmax too (ideally
+      0: each softmax runs under the others' GEMMs, and two softmaxes share the SM's exponential
+      units);
     - no GEMM outstanding: the share of the CTA's time (first tile's begin to last epilogue's end)
       in which no warpgroup had a GEMM issued and not yet seen retired (gemm_intervals), and those
       cycles per tile: a floor on the tensor cores' idle time, tile boundaries included."""
@@ -234,18 +240,23 @@ def pingpong(record, kernel_tile, flop_per_cycle):
     gaps, beyond = [], 0
     softmax_depths, idle, span, tiles = collections.Counter(), 0, 0, 0
     for cta in sorted({cta for cta, role in record if role > 0}):
-        consumers = {role: consumer_tiles(stamps) for (c, role), stamps in record.items() if c == cta and role > 0}
-        steps = [dict(marks, role=role) for role, cut in consumers.items() for _, tile_stamps in cut
-                 for marks in step_marks(tile_stamps) if {"Turn", "ScoresDone", "SoftmaxDone"} <= marks.keys()]
+        consumers = {role: consumer_tiles(stamps) for (owner, role), stamps in record.items()
+                     if owner == cta and role > 0}
+        tile_stamps = [stamps for cut in consumers.values() for _, stamps in cut]
+        steps = [dict(marks, tile=tile) for cut in consumers.values() for tile, stamps in cut
+                 for marks in step_marks(stamps) if {"Turn", "ScoresDone", "SoftmaxDone"} <= marks.keys()]
         steps.sort(key=lambda s: s["Turn"])
         for previous, step in zip(steps, steps[1:]):
-            gaps.append(step["Turn"] - previous["ScoresDone"])
-            beyond += max(0.0, gaps[-1] - pv_cycles)
-        softmax_depths += depth_cycles([(s["ScoresDone"], s["SoftmaxDone"]) for s in steps])
-        gemms = [interval for role, cut in consumers.items() for i, (_, tile_stamps) in enumerate(cut)
-                 for interval in gemm_intervals(tile_stamps, cut[i + 1][1][0][2] if i + 1 < len(cut) else None)]
-        begins = [stamps[0][2] for cut in consumers.values() for _, stamps in cut[:1]]
-        ends = [c for cut in consumers.values() for _, stamps in cut[-1:] for e, _, c in stamps if e == "EpilogueDone"]
+            if step["tile"] == previous["tile"]:
+                gaps.append(step["Turn"] - previous["ScoresDone"])
+                beyond += max(0.0, gaps[-1] - pv_cycles)
+        first_softmaxes = [tile_marks(stamps, None) for stamps in tile_stamps]
+        softmax_depths += depth_cycles([(s["ScoresDone"], s["SoftmaxDone"]) for s in steps] +
+                                       [(p["ScoresDone"], p["SoftmaxDone"]) for p in first_softmaxes
+                                        if {"ScoresDone", "SoftmaxDone"} <= p.keys()])
+        gemms = [interval for stamps in tile_stamps for interval in gemm_intervals(stamps)]
+        begins = [cut[0][1][0][2] for cut in consumers.values() if cut]
+        ends = [cycle for cut in consumers.values() if cut for event, _, cycle in cut[-1][1] if event == "EpilogueDone"]
         if begins and ends:
             span += max(ends) - min(begins)
             idle += max(ends) - min(begins) - sum(depth_cycles(gemms).values())
@@ -417,18 +428,18 @@ def main():
     if summary["k_load_lead_cycles"]:
         lead = summary["k_load_lead_cycles"]
         print(f"K issued ahead of its use: median {lead['median']:.0f} cycles [{lead['p10']:.0f}, {lead['p90']:.0f}]")
-    turns = summary["pingpong"]
-    if turns["turn_after_previous_s"]:
-        gap = turns["turn_after_previous_s"]
+    sharing = summary["pingpong"]
+    if sharing["turn_after_previous_s"]:
+        gap = sharing["turn_after_previous_s"]
         print(f"turns: each S issued {gap['median']:.0f} cycles [{gap['p10']:.0f}, {gap['p90']:.0f}] after the "
-              f"previous S on the SM retired; later than that step's P V ({turns['p_v_nominal_cycles']:.0f} "
-              f"nominal) in {turns['late_turn_share']:.0%} of turns, {turns['late_cycles_per_turn']:.0f} cycles "
-              f"beyond a turn")
-    if turns["softmax_overlap_share"] is not None:
-        print(f"softmax cycles with another warpgroup in its softmax too: {turns['softmax_overlap_share']:.0%}")
-    if turns["no_gemm_share"] is not None:
-        print(f"no GEMM outstanding on the SM: {turns['no_gemm_share']:.0%} of its time, "
-              f"{turns['no_gemm_cycles_per_tile']:.0f} cycles a tile")
+              f"tile's previous S on the SM retired; later than that step's P V ({sharing['p_v_nominal_cycles']:.0f} "
+              f"nominal) in {sharing['late_turn_share']:.0%} of turns, {sharing['late_cycles_per_turn']:.0f} cycles "
+              f"beyond on average per turn")
+    if sharing["softmax_overlap_share"] is not None:
+        print(f"softmax cycles with another warpgroup in its softmax too: {sharing['softmax_overlap_share']:.0%}")
+    if sharing["no_gemm_share"] is not None:
+        print(f"no GEMM outstanding on the SM: {sharing['no_gemm_share']:.0%} of its time, "
+              f"{sharing['no_gemm_cycles_per_tile']:.0f} cycles a tile")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     if args.png:

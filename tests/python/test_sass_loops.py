@@ -6,8 +6,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import sass_loops  # noqa: E402
 
-# The first lines of a head_dim-128 forward kernel as cuobjdump -sass prints them (encodings
-# unchanged), then a MUFU and a branch back to the S2R with encodings written for the test.
+# Lines of a head_dim-128 forward kernel as cuobjdump -sass prints them (encodings unchanged, the
+# addresses renumbered): its first three, an exponential and its key loop's closing branch, then,
+# after the EXIT, an out-of-line barrier retry with its branch back into the kernel.
 LISTING = """
 \tcode for sm_90a
 \t\tFunction : kernel_a
@@ -17,38 +18,46 @@ LISTING = """
                                                                             /* 0x000e620000002100 */
         /*0020*/                   ISETP.NE.AND P1, PT, R0, RZ, PT ;        /* 0x000000ff0000720c */
                                                                             /* 0x002fe40003f25270 */
-        /*0030*/                   MUFU.EX2 R2, R0 ;                        /* 0x0000000000027308 */
-                                                                            /* 0x000f660000000800 */
-        /*0040*/               @P1 BRA 0x10 ;                               /* 0x0000000000781947 */
-                                                                            /* 0x001fea0003800000 */
+        /*0030*/                   MUFU.EX2 R19, R19 ;                      /* 0x0000001300137308 */
+                                                                            /* 0x000e620000000800 */
+        /*0040*/               @P0 BRA 0x10 ;                               /* 0xffffffd000280947 */
+                                                                            /* 0x000fec000383ffff */
+        /*0050*/                   EXIT ;                                   /* 0x000000000000794d */
+                                                                            /* 0x000fea0003800000 */
+        /*0060*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R15+URZ+0x28008], R12 ; /* 0x0280080c0f0075a7 */
+                                                                            /* 0x0002a6000800017f */
+        /*0070*/              @!P0 BRA 0x60 ;                               /* 0xfffffffc00ec8947 */
+                                                                            /* 0x004fea000383ffff */
+        /*0080*/                   BRA 0x20 ;                               /* 0xfffffee800587947 */
+                                                                            /* 0x000fea000383ffff */
 \t\tFunction : kernel_b
         /*0000*/                   EXIT ;                                   /* 0x000000000000794d */
                                                                             /* 0x000fea0003800000 */
 """
-
 
 def kernel_a():
     return sass_loops.read_sass(LISTING.splitlines())["kernel_a"]
 
 
 def test_the_control_codes_decode_as_ptxas_set_them():
-    ldc, s2r, isetp, mufu, bra = kernel_a()
+    ldc, s2r, isetp, mufu, bra = kernel_a()[:5]
     assert (ldc["stall"], ldc["write"], ldc["wait"]) == (1, 7, 0)
     # S2R's result is variable-latency: it sets write scoreboard 1, and ISETP, which reads R0,
     # waits on that one (wait mask bit 1) after a 2-cycle stall.
     assert (s2r["stall"], s2r["write"]) == (1, 1)
     assert (isetp["stall"], isetp["wait"]) == (2, 1 << 1)
-    assert (mufu["stall"], mufu["write"], mufu["read"]) == (3, 5, 7)
-    assert (bra["opcode"], bra["stall"], bra["wait"]) == ("BRA", 5, 1 << 0)
+    assert (mufu["opcode"], mufu["stall"], mufu["write"], mufu["read"]) == ("MUFU.EX2", 1, 1, 7)
+    assert (bra["opcode"], bra["stall"], bra["write"], bra["wait"]) == ("BRA", 6, 7, 0)
 
 
-def test_a_backward_branch_is_a_loop_with_its_summary():
+def test_a_backward_branch_is_a_loop_and_an_out_of_line_retry_is_not():
     instructions = kernel_a()
-    assert sass_loops.loops(instructions) == [(0x10, 0x40)]
+    # The retry's own branch back (0x70 -> 0x60) is a loop; its branch into the kernel (0x80 -> 0x20) is not.
+    assert sass_loops.loops(instructions) == [(0x10, 0x40), (0x60, 0x70)]
     body = sass_loops.span(instructions, 0x10, 0x40)
     summary = sass_loops.summary(body, ["MUFU", "ISETP", "HGMMA"])
-    assert summary == dict(instructions=4, ops=dict(MUFU=1, ISETP=1, HGMMA=0), stall_cycles=1 + 2 + 3 + 5,
-                           waiting=2)
+    assert summary == dict(instructions=4, ops=dict(MUFU=1, ISETP=1, HGMMA=0), stall_cycles=1 + 2 + 1 + 6,
+                           waiting=1)
 
 
 def test_each_kernel_is_read_apart():

@@ -107,32 +107,56 @@ def test_a_record_without_the_magic_is_refused():
         timeline.read_record(words, EVENTS, CONSTANTS)
 
 
-def record_of_turns(turns, softmax):
-    """One CTA whose consumer warpgroups (role: [turn cycles]) each run one tile: a first block whose
-    Q K^T runs from 900 to 500 cycles before the first turn, then steps whose S retires 600 after
-    the turn and whose softmax lasts `softmax`; what the pingpong analysis reads."""
+def record_of_tiles(tiles, softmax):
+    """One CTA whose consumer warpgroups (role: [(anchor, [turn cycles])], an entry a tile) run their
+    tiles: a first block whose Q K^T runs from 900 to 700 cycles before the anchor and whose softmax
+    ends 450 before it, then a step at each turn, whose S retires 600 after the turn and whose
+    softmax lasts `softmax`; the tile's last P V ends 100 after its last step (or first block), its
+    epilogue 50 later. What the pingpong analysis reads."""
     words = np.zeros(CONSTANTS["kHeaderWords"] + CONSTANTS["kMaxCtas"] * CONSTANTS["kRolesPerCta"]
                      * CONSTANTS["kEntries"], dtype=np.uint64)
     words[:8] = (CONSTANTS["kMagic"], CONSTANTS["kRolesPerCta"], CONSTANTS["kEntries"], 1) + TILE
-    for role, role_turns in turns.items():
-        first = role_turns[0]
-        stamps = [("TileBegin", 0, first - 1000), ("QueryReady", 0, first - 900), ("ScoresDone", 0, first - 500),
-                  ("SoftmaxDone", 0, first - 100)]
-        for block, turn in enumerate(role_turns):
-            done = turn + 600
-            stamps += [("StepBegin", block, turn - 50), ("InputsReady", 0, turn - 10), ("Turn", 0, turn),
-                       ("Issued", 0, turn + 200), ("ScoresDone", 0, done), ("SoftmaxDone", 0, done + softmax),
-                       ("OutputDone", 0, done + softmax + 20)]
-        end = stamps[-1][2] + 100
-        write(words, 0, role, stamps + [("MainloopDone", 0, end), ("EpilogueDone", 0, end + 50)])
+    for role, role_tiles in tiles.items():
+        stamps = []
+        for tile, (anchor, turns) in enumerate(role_tiles):
+            stamps += [("TileBegin", tile, anchor - 1000), ("QueryReady", 0, anchor - 900),
+                       ("ScoresDone", 0, anchor - 700), ("SoftmaxDone", 0, anchor - 450)]
+            last = anchor - 450
+            for block, turn in enumerate(turns):
+                done = turn + 600
+                last = done + softmax + 20
+                stamps += [("StepBegin", block, turn - 50), ("InputsReady", 0, turn - 10), ("Turn", 0, turn),
+                           ("Issued", 0, turn + 200), ("ScoresDone", 0, done), ("SoftmaxDone", 0, done + softmax),
+                           ("OutputDone", 0, last)]
+            stamps += [("MainloopDone", 0, last + 100), ("EpilogueDone", 0, last + 150)]
+        write(words, 0, role, stamps)
     return timeline.read_record(words.view(np.int64), EVENTS, CONSTANTS)
 
 
+def rasters(tiles, softmax, end=12000):
+    """Cycle by cycle, the same record: how many warpgroups are in a softmax, and whether any has a
+    GEMM outstanding (first Q K^T, each step from its turn to its P V seen retired, the last P V)."""
+    in_softmax, busy = np.zeros(end, dtype=int), np.zeros(end, dtype=bool)
+    for role_tiles in tiles.values():
+        for anchor, turns in role_tiles:
+            busy[anchor - 900: anchor - 700] = True
+            in_softmax[anchor - 700: anchor - 450] += 1
+            last = anchor - 450
+            for turn in turns:
+                last = turn + 600 + softmax + 20
+                busy[turn: last] = True
+                in_softmax[turn + 600: turn + 600 + softmax] += 1
+            busy[last: last + 100] = True
+    return in_softmax, busy
+
+
+# Warpgroup 2 takes its turn 400 after warpgroup 1's S retired, warpgroup 1 its next 600 after
+# 2's; at the end warpgroup 2 takes two turns in a row, 2,000 after its own S.
+ONE_TILE = {1: [(1000, [1000, 3200, 5400])], 2: [(2000, [2000, 4200, 6400, 9000])]}
+
+
 def test_each_turn_is_read_against_the_previous_s_on_the_sm():
-    # Warpgroup 2 takes its turn 400 after warpgroup 1's S retired, warpgroup 1 its next 600 after
-    # 2's; at the end warpgroup 2 takes two turns in a row, 2,000 after its own S.
-    turns = {1: [1000, 3200, 5400], 2: [2000, 4200, 6400, 9000]}
-    tile, stamps = record_of_turns(turns, softmax=1200)
+    tile, stamps = record_of_tiles(ONE_TILE, softmax=1200)
     turns_seen = timeline.analyse(stamps, tile, 4096)["pingpong"]
     assert turns_seen["p_v_nominal_cycles"] == 512  # 64 rows x 128 keys x head_dim 128
     gaps = turns_seen["turn_after_previous_s"]
@@ -143,36 +167,35 @@ def test_each_turn_is_read_against_the_previous_s_on_the_sm():
 
 @pytest.mark.parametrize("softmax", [300, 1200, 1500])
 def test_the_softmax_overlap_is_the_share_of_softmax_cycles_shared(softmax):
-    turns = {1: [1000, 3200, 5400], 2: [2000, 4200, 6400]}
-    tile, stamps = record_of_turns(turns, softmax)
-    # Counted cycle by cycle: how many warpgroups are in their softmax.
-    busy = np.zeros(10000, dtype=int)
-    for role_turns in turns.values():
-        for turn in role_turns:
-            busy[turn + 600: turn + 600 + softmax] += 1
-    expected = busy[busy > 1].sum() / busy.sum()
+    tile, stamps = record_of_tiles(ONE_TILE, softmax)
+    in_softmax, _ = rasters(ONE_TILE, softmax)
     share = timeline.analyse(stamps, tile, 4096)["pingpong"]["softmax_overlap_share"]
-    assert share == pytest.approx(expected)
+    assert share == pytest.approx(in_softmax[in_softmax > 1].sum() / in_softmax.sum())
     assert (share == 0) == (softmax <= 1000)
 
 
 @pytest.mark.parametrize("softmax", [300, 1200])
 def test_the_time_without_a_gemm_outstanding_is_what_no_warpgroup_covers(softmax):
-    turns = {1: [1000, 3200, 5400], 2: [2000, 4200, 6400]}
-    tile, stamps = record_of_turns(turns, softmax)
-    # Cycle by cycle: a warpgroup has a GEMM outstanding for its first Q K^T, from each turn to that
-    # step's P V seen retired (20 after its softmax), then for its last P V and normalisation.
-    busy = np.zeros(10000, dtype=bool)
-    begin, end = min(t[0] for t in turns.values()) - 1000, 0
-    for role_turns in turns.values():
-        busy[role_turns[0] - 900: role_turns[0] - 500] = True
-        for turn in role_turns:
-            busy[turn: turn + 600 + softmax + 20] = True
-        last = role_turns[-1] + 600 + softmax + 20
-        busy[last: last + 100] = True
-        end = max(end, last + 150)
+    tile, stamps = record_of_tiles(ONE_TILE, softmax)
+    _, busy = rasters(ONE_TILE, softmax)
+    begin, end = 0, 9000 + 600 + softmax + 20 + 150  # warpgroup 1's TileBegin, warpgroup 2's epilogue
     idle = (end - begin) - busy[begin:end].sum()
     turns_seen = timeline.analyse(stamps, tile, 4096)["pingpong"]
     assert turns_seen["no_gemm_share"] == pytest.approx(idle / (end - begin))
     assert turns_seen["no_gemm_cycles_per_tile"] == pytest.approx(idle)  # one tile
     assert idle > 0
+
+
+def test_turns_pair_within_a_tile_and_a_one_block_tile_keeps_its_last_p_v():
+    # The second tile: one key block for warpgroup 1 (no step), two for warpgroup 2.
+    tiles = {1: [(1000, [1000, 3200]), (8000, [])], 2: [(2000, [2000, 4200]), (9000, [9000])]}
+    tile, stamps = record_of_tiles(tiles, softmax=300)
+    turns_seen = timeline.analyse(stamps, tile, 4096)["pingpong"]
+    # 4200 -> 9000 crosses the tile boundary: not a turn of the same tile.
+    assert turns_seen["turn_after_previous_s"]["n"] == 3
+    assert turns_seen["turn_after_previous_s"]["p90"] == 600
+    _, busy = rasters(tiles, softmax=300)
+    begin, end = 0, 9000 + 600 + 300 + 20 + 150
+    idle = (end - begin) - busy[begin:end].sum()
+    assert turns_seen["no_gemm_cycles_per_tile"] == pytest.approx(idle / 2)
+    assert timeline.analyse(stamps, tile, 4096)["tiles"]["last P V and normalisation"]["n"] == 4
