@@ -16,6 +16,8 @@ import gzip
 import re
 from collections import defaultdict
 
+import sass_loops
+
 
 def number(text):
     try:
@@ -50,15 +52,13 @@ def opcode(sass):
 
 
 def backward_branches(page):
-    """(samples, lo, hi, instructions, most executions, has a GEMM) of every loop [lo, hi]."""
+    """(samples, lo, hi, instructions, most executions, has a GEMM) of every loop [lo, hi]
+    (sass_loops.backward_branches: out-of-line barrier retries are not loops)."""
     found = []
-    for addr, sass, *_ in page:
-        target = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", sass)
-        if target and int(target.group(1), 16) < addr:
-            lo = int(target.group(1), 16)
-            body = [x for x in page if lo <= x[0] <= addr]
-            found.append((sum(x[2] for x in body), lo, addr, len(body), max(x[3] for x in body),
-                          any("GMMA" in x[1] for x in body)))
+    for lo, hi in sass_loops.backward_branches([(addr, sass) for addr, sass, *_ in page]):
+        body = [x for x in page if lo <= x[0] <= hi]
+        found.append((sum(x[2] for x in body), lo, hi, len(body), max(x[3] for x in body),
+                      any("GMMA" in x[1] for x in body)))
     return found
 
 

@@ -30,6 +30,7 @@ FUNCTION = re.compile(r"Function : (\S+)")
 FIRST_WORD = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*/\* (0x[0-9a-f]{16}) \*/")
 SECOND_WORD = re.compile(r"^\s+/\* (0x[0-9a-f]{16}) \*/")
 PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
+BRANCH_TARGET = re.compile(r"\bBRA\b.*?(0x[0-9a-f]+)")
 
 
 def control_codes(second_word):
@@ -65,21 +66,26 @@ def read_sass(lines):
     return kernels
 
 
-def loops(instructions):
-    """(first, last) addresses of each backward branch's span. ptxas puts the retry of a barrier wait
-    out of line, after the kernel's last EXIT, with a branch back to the wait: not a loop."""
-    last_exit = max((i["address"] for i in instructions if i["opcode"] == "EXIT"), default=None)
+def backward_branches(instructions):
+    """(first, last) addresses of each backward branch's span, from (address, SASS text) pairs in
+    address order (this listing's or an Nsight Compute source page's). ptxas puts the retry of a
+    barrier wait out of line, after the kernel's last EXIT, with a branch back to the wait: not a
+    loop."""
+    exits = [address for address, text in instructions if PREDICATE.sub("", text).startswith("EXIT")]
+    last_exit = max(exits, default=None)
     spans = []
-    for instruction in instructions:
-        if instruction["opcode"].startswith("BRA"):
-            target = re.search(r"0x[0-9a-f]+", instruction["text"].split("BRA", 1)[1])
-            if not target or int(target.group(0), 16) >= instruction["address"]:
-                continue
-            first = int(target.group(0), 16)
-            if last_exit is not None and first < last_exit < instruction["address"]:
-                continue
-            spans.append((first, instruction["address"]))
+    for address, text in instructions:
+        target = BRANCH_TARGET.search(text)
+        if target and int(target.group(1), 16) < address:
+            first = int(target.group(1), 16)
+            if last_exit is None or not first < last_exit < address:
+                spans.append((first, address))
     return spans
+
+
+def loops(instructions):
+    """backward_branches of read_sass's instructions."""
+    return backward_branches([(i["address"], i["text"]) for i in instructions])
 
 
 def span(instructions, first, last):

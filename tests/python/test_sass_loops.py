@@ -65,3 +65,10 @@ def test_each_kernel_is_read_apart():
     assert list(kernels) == ["kernel_a", "kernel_b"]
     assert [i["opcode"] for i in kernels["kernel_b"]] == ["EXIT"]
     assert sass_loops.loops(kernels["kernel_b"]) == []
+
+
+def test_an_nsight_compute_page_finds_the_same_loops():
+    # ncu_source.py reads (address, SASS, samples, executions, stalls) rows and shares the rule.
+    import ncu_source
+    page = [(i["address"], i["text"], 1.0, 2.0, {}) for i in kernel_a()]
+    assert [(lo, hi) for _, lo, hi, *_ in ncu_source.backward_branches(page)] == [(0x10, 0x40), (0x60, 0x70)]
