@@ -367,6 +367,9 @@ def main():
     parser.add_argument("--cta", type=int, default=0, help="the CTA (SM) drawn")
     parser.add_argument("--json")
     parser.add_argument("--png")
+    parser.add_argument("--stamps", help="write the first --stamps-ctas CTAs' stamps here (JSON), "
+                                         "for readings the summary does not make")
+    parser.add_argument("--stamps-ctas", type=int, default=4)
     args = parser.parse_args()
     import torch  # here, so that the record's decoding is importable (and tested) without it
 
@@ -407,8 +410,9 @@ def main():
     commit = os.environ.get("HOPATTN_COMMIT") or subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
         text=True).stdout.strip() or "unknown"
-    case = dict(dtype=args.dtype, batch=batch, seqlen=args.seqlen, heads=heads, head_dim=args.head_dim,
-                causal=args.causal, **tile)
+    # The record's tile constants (head_dim among them) describe the kernel that ran; they win.
+    case = {**dict(dtype=args.dtype, batch=batch, seqlen=args.seqlen, heads=heads, head_dim=args.head_dim,
+                   causal=args.causal), **tile}
     report = dict(report_header(torch, hopattn, commit, timing="one launch's SM clock stamps (timeline build)"),
                   impl=args.impl, case=case, relative_error_vs_sdpa_float32=error, **summary)
     print(f"relative error against SDPA in float32: {error:.2e}; {summary['tiles_recorded']} tiles, "
@@ -442,6 +446,9 @@ def main():
               f"{sharing['no_gemm_cycles_per_tile']:.0f} cycles a tile")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    if args.stamps:
+        kept = {f"{cta} {role}": stamps for (cta, role), stamps in record.items() if cta < args.stamps_ctas}
+        Path(args.stamps).write_text(json.dumps(dict(case=case, stamps=kept)) + "\n")
     if args.png:
         draw(record, args.cta, tile["consumers"], args.png,
              f"{args.impl} forward timeline: {args.dtype} head_dim {args.head_dim}, seqlen {args.seqlen}, "
