@@ -309,6 +309,13 @@ COLOURS = {"inputs wait": "#d62728", "turn wait": "#ff9896", "issue S, rescale O
            "S wait": "#aec7e8", "softmax": "#2ca02c", "P V wait": "#98df8a", "P conversion, loop": "#9467bd"}
 
 
+def case_of(args, batch, heads, tile):
+    """The JSON's case: the problem asked for, then the record's tile constants (head_dim among
+    them), which describe the kernel that ran and so win."""
+    return {**dict(dtype=args.dtype, batch=batch, seqlen=args.seqlen, heads=heads, head_dim=args.head_dim,
+                   causal=args.causal), **tile}
+
+
 def draw(record, cta, consumers, path, title, tiles_shown=3):
     import matplotlib
     matplotlib.use("Agg")
@@ -410,9 +417,7 @@ def main():
     commit = os.environ.get("HOPATTN_COMMIT") or subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
         text=True).stdout.strip() or "unknown"
-    # The record's tile constants (head_dim among them) describe the kernel that ran; they win.
-    case = {**dict(dtype=args.dtype, batch=batch, seqlen=args.seqlen, heads=heads, head_dim=args.head_dim,
-                   causal=args.causal), **tile}
+    case = case_of(args, batch, heads, tile)
     report = dict(report_header(torch, hopattn, commit, timing="one launch's SM clock stamps (timeline build)"),
                   impl=args.impl, case=case, relative_error_vs_sdpa_float32=error, **summary)
     print(f"relative error against SDPA in float32: {error:.2e}; {summary['tiles_recorded']} tiles, "

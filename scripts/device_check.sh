@@ -31,7 +31,18 @@ mode=${1:-all}
 RESULTS=${OUT:-$PWD/device-out}
 LOGS=$(mktemp -d)/logs
 mkdir -p "$LOGS" "$RESULTS"
-trap 'cp "$LOGS"/*.json "$LOGS"/*.png "$RESULTS"/ 2>/dev/null; tar czf "$RESULTS/logs_$mode.tar.gz" -C "$(dirname "$LOGS")" logs' EXIT
+# The device returns at most 8 files from $OUT: the tarball holds everything; beside it go the first
+# JSONs, then PNGs, up to that cap (a timeline of 7 points writes 14, and files past the cap were dropped
+# unnamed, the tarball among them).
+publish() {
+  tar czf "$RESULTS/logs_$mode.tar.gz" -C "$(dirname "$LOGS")" logs
+  local room=$((8 - $(find "$RESULTS" -maxdepth 1 -type f | wc -l))) file
+  for file in "$LOGS"/*.json "$LOGS"/*.png; do
+    [[ -f $file && $room -gt 0 ]] || continue
+    cp "$file" "$RESULTS"/ && room=$((room - 1))
+  done
+}
+trap publish EXIT
 commit=${HOPATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$LOGS/gpu.txt"

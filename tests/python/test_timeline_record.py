@@ -1,6 +1,7 @@
 """bench/timeline.py's reading of a timeline record (src/sm90/kernel/timeline.hpp), on the CPU: a
 record written by the kernel's rule with known phase lengths, a clock that wraps its 32 bits, two
 consumer warpgroups and a producer, comes back as those lengths."""
+import argparse
 import sys
 from pathlib import Path
 
@@ -199,3 +200,12 @@ def test_turns_pair_within_a_tile_and_a_one_block_tile_keeps_its_last_p_v():
     idle = (end - begin) - busy[begin:end].sum()
     assert turns_seen["no_gemm_cycles_per_tile"] == pytest.approx(idle / 2)
     assert timeline.analyse(stamps, tile, 4096)["tiles"]["last P V and normalisation"]["n"] == 4
+
+
+def test_the_case_takes_the_records_tile_beside_the_problem(record):
+    # The record's header repeats head_dim; building the case once failed on the duplicate.
+    tile, _ = record
+    problem = argparse.Namespace(dtype="bf16", seqlen=8192, head_dim=128, causal=True)
+    case = timeline.case_of(problem, 2, 16, tile)
+    assert case == dict(dtype="bf16", batch=2, seqlen=8192, heads=16, head_dim=128, causal=True, block_m=128,
+                        block_n=128, consumers=2)
