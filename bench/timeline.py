@@ -456,7 +456,7 @@ def main():
         Path(args.stamps).write_text(json.dumps(dict(case=case, stamps=kept)) + "\n")
     if args.png:
         draw(record, args.cta, tile["consumers"], args.png,
-             f"{args.impl} forward timeline: {args.dtype} head_dim {args.head_dim}, seqlen {args.seqlen}, "
+             f"{args.impl} forward timeline: {args.dtype} head_dim {case['head_dim']}, seqlen {args.seqlen}, "
              f"{'causal' if args.causal else 'non-causal'} ({commit})")
 
 

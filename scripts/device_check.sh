@@ -2,7 +2,7 @@
 # On the GPU machine: build, resource report, SASS excerpt, every test, compute-sanitizer, and the
 # side-by-side benchmarks with FlashAttention-3 built from source in the same run. Each step is
 # skipped when its output already exists in this (warm) machine's build folders, so a run cut short
-# by the 10-minute limit continues in the next call. Logs go to $OUT/logs.tar.gz, the benchmark
+# by the 10-minute limit continues in the next call. Logs go to $OUT/logs_<mode>.tar.gz, the benchmark
 # JSON and PNG beside it; the last lines printed are the summary tables.
 #   usage: scripts/device_check.sh [quick|tests|sanitizers|bench|bench-backward|fp8|profile|timeline|all]
 #          (carry .deps and .peers)
@@ -32,13 +32,18 @@ RESULTS=${OUT:-$PWD/device-out}
 LOGS=$(mktemp -d)/logs
 mkdir -p "$LOGS" "$RESULTS"
 # The device returns at most 8 files from $OUT: the tarball holds everything; beside it go the first
-# JSONs, then PNGs, up to that cap (a timeline of 7 points writes 14, and files past the cap were dropped
-# unnamed, the tarball among them).
+# JSONs, then PNGs, leaving two places for the tarballs of later calls in the same command (a
+# timeline of 7 points writes 14, and files past the cap were dropped unnamed, the tarball among them).
 publish() {
-  tar czf "$RESULTS/logs_$mode.tar.gz" -C "$(dirname "$LOGS")" logs
   local room=$((8 - $(find "$RESULTS" -maxdepth 1 -type f | wc -l))) file
+  if ((room < 1)); then  # an earlier step of the same command filled $OUT: this one's tarball would be dropped
+    echo "device_check.sh: $RESULTS already holds 8 files; logs_$mode.tar.gz not written" >&2
+    return
+  fi
+  tar czf "$RESULTS/logs_$mode.tar.gz" -C "$(dirname "$LOGS")" logs
+  room=$((room - 1))
   for file in "$LOGS"/*.json "$LOGS"/*.png; do
-    [[ -f $file && $room -gt 0 ]] || continue
+    [[ -f $file && $room -gt 2 ]] || continue
     cp "$file" "$RESULTS"/ && room=$((room - 1))
   done
 }
