@@ -207,17 +207,15 @@ def depth_cycles(intervals):
     return cycles
 
 
-def gemm_intervals(tile_stamps):
-    """When a warpgroup of one tile has a GEMM issued, or about to be, and not yet seen retired: the
-    first Q K^T (from Q's arrival, so with the wait for the first K), each step's S and P V (from
-    its turn to its P V's retirement) and the last P V (from the point before it, with P's
-    conversion and the normalisation, to the mainloop's end). Retirement is seen late (after the
-    softmax), so these overstate the tensor cores' busy time."""
-    points = tile_marks(tile_stamps, None)
+def gemm_intervals(points, steps):
+    """When a warpgroup of one tile has a GEMM issued, or about to be, and not yet seen retired, from
+    the tile's tile_marks and step_marks: the first Q K^T (from Q's arrival, so with the wait for the
+    first K), each step's S and P V (from its turn to its P V's retirement) and the last P V (from
+    the point before it, with P's conversion and the normalisation, to the mainloop's end).
+    Retirement is seen late (after the softmax), so these overstate the tensor cores' busy time."""
     spans = [("QueryReady", "ScoresDone"), ("before the last P V", "MainloopDone")]
     intervals = [(points[a], points[b]) for a, b in spans if points.get(a) is not None and b in points]
-    steps = [s for s in step_marks(tile_stamps) if {"Turn", "OutputDone"} <= s.keys()]
-    return intervals + [(s["Turn"], s["OutputDone"]) for s in steps]
+    return intervals + [(s["Turn"], s["OutputDone"]) for s in steps if {"Turn", "OutputDone"} <= s.keys()]
 
 
 def pingpong(record, kernel_tile, flop_per_cycle):
@@ -240,27 +238,28 @@ def pingpong(record, kernel_tile, flop_per_cycle):
     gaps, beyond = [], 0
     softmax_depths, idle, span, tiles = collections.Counter(), 0, 0, 0
     for cta in sorted({cta for cta, role in record if role > 0}):
-        consumers = {role: consumer_tiles(stamps) for (owner, role), stamps in record.items()
-                     if owner == cta and role > 0}
-        tile_stamps = [stamps for cut in consumers.values() for _, stamps in cut]
-        steps = [dict(marks, tile=tile) for cut in consumers.values() for tile, stamps in cut
-                 for marks in step_marks(stamps) if {"Turn", "ScoresDone", "SoftmaxDone"} <= marks.keys()]
+        # Each warpgroup's tiles, each parsed once: (tile, its tile_marks, its step_marks).
+        parsed = {role: [(tile, tile_marks(stamps, None), step_marks(stamps)) for tile, stamps in consumer_tiles(stamps)]
+                  for (owner, role), stamps in record.items() if owner == cta and role > 0}
+        tiles_parsed = [entry for cut in parsed.values() for entry in cut]
+        steps = [dict(marks, tile=tile) for tile, _, marks_of_tile in tiles_parsed for marks in marks_of_tile
+                 if {"Turn", "ScoresDone", "SoftmaxDone"} <= marks.keys()]
         steps.sort(key=lambda s: s["Turn"])
         for previous, step in zip(steps, steps[1:]):
             if step["tile"] == previous["tile"]:
                 gaps.append(step["Turn"] - previous["ScoresDone"])
                 beyond += max(0.0, gaps[-1] - pv_cycles)
-        first_softmaxes = [tile_marks(stamps, None) for stamps in tile_stamps]
         softmax_depths += depth_cycles([(s["ScoresDone"], s["SoftmaxDone"]) for s in steps] +
-                                       [(p["ScoresDone"], p["SoftmaxDone"]) for p in first_softmaxes
+                                       [(p["ScoresDone"], p["SoftmaxDone"]) for _, p, _ in tiles_parsed
                                         if {"ScoresDone", "SoftmaxDone"} <= p.keys()])
-        gemms = [interval for stamps in tile_stamps for interval in gemm_intervals(stamps)]
-        begins = [cut[0][1][0][2] for cut in consumers.values() if cut]
-        ends = [cycle for cut in consumers.values() if cut for event, _, cycle in cut[-1][1] if event == "EpilogueDone"]
+        gemms = [interval for _, points, marks in tiles_parsed for interval in gemm_intervals(points, marks)]
+        # The CTA's span: its warpgroups' first TileBegin to their last EpilogueDone.
+        begins = [cut[0][1]["TileBegin"] for cut in parsed.values() if cut and "TileBegin" in cut[0][1]]
+        ends = [cut[-1][1]["EpilogueDone"] for cut in parsed.values() if cut and "EpilogueDone" in cut[-1][1]]
         if begins and ends:
             span += max(ends) - min(begins)
             idle += max(ends) - min(begins) - sum(depth_cycles(gemms).values())
-            tiles += max(len(cut) for cut in consumers.values())
+            tiles += max(len(cut) for cut in parsed.values())
     late = [g for g in gaps if g > pv_cycles]
     softmax_cycles = sum(depth * cycles for depth, cycles in softmax_depths.items())
     shared = sum(depth * cycles for depth, cycles in softmax_depths.items() if depth > 1)
