@@ -54,6 +54,8 @@ struct TileOrder {
   int section_pairs, wide_sections;
   int total_tiles;
   LongestBlock longest;
+  // The tiles of all wide sections, which come first.
+  int wide_tiles;
   // coord's divisions, by the tiles and the pairs of a wide and of another section, and by the
   // heads: fixed at the launch (FastDivisor; as runtime divisions they cost a tile's start some
   // hundreds of cycles, performance log 2026-12-05 sixth).
@@ -71,15 +73,18 @@ struct TileOrder {
       per_section = per_section < 1 ? 1 : (per_section > pairs ? pairs : per_section);
     }
     const int64_t sections = (pairs + per_section - 1) / per_section;
-    const int pairs_per_section = int(pairs / sections);
-    return {num_blocks, heads, batch, pairs_per_section, int(pairs % sections), num_blocks * heads * batch, longest,
-            FastDivisor((pairs_per_section + 1) * num_blocks), FastDivisor(pairs_per_section * num_blocks),
-            FastDivisor(pairs_per_section + 1), FastDivisor(pairs_per_section), FastDivisor(heads)};
+    const int pairs_per_section = int(pairs / sections), wide = int(pairs % sections);
+    // A wide section's tiles are at most the grid's, so their count fits an int where one exists;
+    // without wide sections it is never divided by (and one section of every pair could overflow it).
+    const int wide_section_tile_count = wide > 0 ? (pairs_per_section + 1) * num_blocks : 1;
+    return {num_blocks, heads, batch, pairs_per_section, wide, num_blocks * heads * batch, longest,
+            wide * wide_section_tile_count, FastDivisor(wide_section_tile_count),
+            FastDivisor(pairs_per_section * num_blocks), FastDivisor(pairs_per_section + 1),
+            FastDivisor(pairs_per_section), FastDivisor(heads)};
   }
 
   HOPATTN_HOST_DEVICE PairBlock coord(int tile) const {
     // The wide sections first, then the others: find the tile's section, its first pair and size.
-    const int wide_tiles = wide_sections * wide_section_tiles.divisor();
     const bool wide = tile < wide_tiles;
     const int pairs = wide ? section_pairs + 1 : section_pairs;
     const int from = wide ? tile : tile - wide_tiles;
