@@ -392,6 +392,9 @@ struct ForwardMainloop {
 
     // FP8: the Q scale of each of the thread's rows (rows past the sequence read its last row's),
     // and per step the K scale of each chunk of the key block (keys past it read its last key's).
+    // The Q and V scales are loaded here and checked (usable_scale) only where first used, so that
+    // their loads' latency (L2 or DRAM: a new tile's rows) does not hold the Q wait (checked here,
+    // it did: FP8 head_dim 128's Q wait was 1,272 cycles a tile in the timeline, 16-bit's 100).
     RowVector<kRows> q_descale;
     float v_descale = 1.f;
     const int head_kv = kFp8 ? tile.head / params.heads_per_kv_head : 0;
@@ -403,14 +406,16 @@ struct ForwardMainloop {
       for (int r = 0; r < kRows; ++r) {
         const int row = min(tile.block * kBlockM + int(get<0>(rows(r, 0))), int(seq.seqlen_q) - 1);
         Fp8Scales const& q_scales = params.descales.q;
-        q_descale(r) = usable_scale(__ldg(q_scales.data + q_scales.index(seq.tensor_batch, tile.head, seq.q_begin + row)));
+        q_descale(r) = __ldg(q_scales.data + q_scales.index(seq.tensor_batch, tile.head, seq.q_begin + row));
       }
       Fp8Scales const& v_scales = params.descales.v;
-      v_descale = usable_scale(__ldg(v_scales.data + v_scales.index(seq.tensor_batch, head_kv, 0)));
+      v_descale = __ldg(v_scales.data + v_scales.index(seq.tensor_batch, head_kv, 0));
     }
-    auto softmax_step = [&](auto& scores, int n_block) CUTLASS_LAMBDA_FUNC_INLINE {
+    // FP8: the K scales of a key block's chunks as loaded; softmax_step checks them.
+    using ChunkScales = typename Softmax::ChunkScales;
+    auto k_descales_of = [&](int n_block) CUTLASS_LAMBDA_FUNC_INLINE {
+      ChunkScales loaded{};
       if constexpr (kFp8) {
-        typename Softmax::ChunkScales k_descale;
         CUTE_UNROLL
         for (int j = 0; j < kKScaleChunks; ++j) {
           // The chunk's first key, of the sequence (negative: before it, in the rows before the
@@ -418,8 +423,15 @@ struct ForwardMainloop {
           const int key =
               min(n_block * kBlockN + j * kKScaleChunkKeys - mask.shift(), int(seq.seqlen_k) - 1);
           const int block = params.descales.k_rows_per_scale.div(int(seq.k_begin) + key);
-          k_descale[j] = usable_scale(__ldg(k_scales_of_head + block));
+          loaded[j] = __ldg(k_scales_of_head + block);
         }
+      }
+      return loaded;
+    };
+    auto softmax_step = [&](auto& scores, ChunkScales k_descale) CUTLASS_LAMBDA_FUNC_INLINE {
+      if constexpr (kFp8) {
+        CUTE_UNROLL
+        for (int j = 0; j < kKScaleChunks; ++j) k_descale[j] = usable_scale(k_descale[j]);
         return softmax.step(scores, q_descale, k_descale);
       } else {
         return softmax.step(scores);
@@ -431,13 +443,18 @@ struct ForwardMainloop {
     const int unmasked_end = mask.unmasked_key_block_end(tile.block);
     PipelineState& k_state = read_state;
     PipelineState v_state = read_state;  // V trails K by one block: P of the previous block waits for it
+    int n_block = key_block_end - 1;
+    // Loaded with the Q scales: inside the step they would follow the first S's wait, a second
+    // latency in series with the Q scales' (the later steps' loads ptxas hoists above their S's
+    // wait). ptxas issues all of them just before the first Q K^T and checks them before its last
+    // WGMMA, so one load latency remains, partly under the first three.
+    const ChunkScales first_k_descales = k_descales_of(n_block);
     shared.q_full.wait(work_idx % 2);
     timeline.stamp(TimelineEvent::kQueryReady);
 
     // The first block has nothing to overlap with; it may cross the sequence end or the diagonal.
     // Its Q K^T reads Q from shared memory; with kQInRegisters, Q is loaded into registers under it
     // for the later blocks, and Q's buffer is then free for the next tile's Q.
-    int n_block = key_block_end - 1;
     Tensor scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
     k_pipeline.consumer_wait(k_state);
     if constexpr (Config::kQInRegisters) {
@@ -458,7 +475,11 @@ struct ForwardMainloop {
     k_pipeline.consumer_release(k_state);
     ++k_state;
     if (n_block >= unmasked_end || n_block < unmasked_begin) mask.apply(scores, tScS, tile.block, n_block);
-    softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
+    if constexpr (kFp8) {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) q_descale(r) = usable_scale(q_descale(r));
+    }
+    softmax_step(scores, first_k_descales);  // the output is still zero: nothing to rescale
     timeline.stamp(TimelineEvent::kSoftmaxDone);
     Tensor p = convert_p(scores);
     // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
@@ -487,7 +508,7 @@ struct ForwardMainloop {
       k_pipeline.consumer_release(k_state);
       ++k_state;
       if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.block, n_block);
-      pending_rescale = softmax_step(next_scores, n_block);
+      pending_rescale = softmax_step(next_scores, k_descales_of(n_block));
       timeline.stamp(TimelineEvent::kSoftmaxDone);
       warpgroup_wait<0>();
       warpgroup_fence_operand(output);
@@ -510,7 +531,7 @@ struct ForwardMainloop {
     warpgroup_gemm<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
     v_pipeline.consumer_release(v_state);
 
-    lse = softmax.finalize(output, params.softmax_scale, v_descale);
+    lse = softmax.finalize(output, params.softmax_scale, kFp8 ? usable_scale(v_descale) : v_descale);
   }
 
   // P in the element type of P V, laid out (16-bit) as the accumulator or (FP8) as the operand.
