@@ -119,6 +119,17 @@ struct ForwardConfig {
   static constexpr int kOutputBytes = cosize_v<SmemLayoutO> * int(sizeof(ElementOut));
   static constexpr int kPvOperandElements =
       cute::max(cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>, kOutputBytes / int(sizeof(Element)));
+  // Where O also fits a buffer of its own, the epilogue stages it there instead, so that nothing
+  // waits for its store: the TMA store's read of shared memory (some 2,000 cycles at head_dim 128)
+  // held the storing thread's warpgroup, and with it the next tile's first S and turns, and the next
+  // tile's V loads waited for it too (timeline, performance log 2026-12-05 sixth). The thread that
+  // issued the store waits for it before the next tile's O is staged, a tile later. The sum counts
+  // Q, K, V (and V^T's own buffer where the kernel transposes V) and O, and 3 KB for the barriers
+  // and the 1 KB alignment (2-3 KB in every configuration); the kernel's static_assert holds the exact sum.
+  static constexpr int kInputBytes =
+      int(kBlockM * kHeadDim * sizeof(Element)) + (kTransposeV ? 2 : 1) * int(kStages * kBlockN * kHeadDim * sizeof(Element)) +
+      kPvOperandElements * int(sizeof(Element));
+  static constexpr bool kOwnOutputBuffer = kInputBytes + kOutputBytes + 3 * 1024 <= 227 * 1024;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;

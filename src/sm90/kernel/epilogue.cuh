@@ -1,5 +1,6 @@
-// The forward epilogue collective: O converted to the output type and staged in shared memory (the
-// buffer P V read V from, free once every consumer's last P V has retired) with stmatrix, then stored. Fixed
+// The forward epilogue collective: O converted to the output type and staged in shared memory with
+// stmatrix (in a buffer of its own where one fits, Config::kOwnOutputBuffer; else in the buffer P V
+// read V from, free once every consumer's last P V has retired), then stored. Fixed
 // lengths use one TMA store that clips the rows past seqlen_q; a variable-length batch stores row by
 // row instead, since a TMA store would clip only at the packed tensor's end and overwrite the next
 // sequence's rows. The log-sum-exp goes straight from registers, one thread per row. Its shared
@@ -61,8 +62,9 @@ struct ForwardEpilogue {
     prefetch_tma_descriptor(params.tma_store_o.get_tma_descriptor());
   }
 
-  // Signals `output_drained` (kNumMmaThreads arrivals) once shared memory may be overwritten.
-  // `buffer`: the mainloop's P V operand buffer, free once every consumer's last P V has retired.
+  // `buffer`: O's own (Config::kOwnOutputBuffer), or the mainloop's P V operand buffer, free once
+  // every consumer's last P V has retired; then `output_drained` (kNumMmaThreads arrivals) signals
+  // when the loads may overwrite it.
   template <class TensorO, class RowStats>
   __device__ static void store(Params const& params, void* buffer,
                                cutlass::arch::ClusterBarrier& output_drained, PairBlock const& tile,
@@ -76,6 +78,10 @@ struct ForwardEpilogue {
     Tensor tOrO = thread_copy.retile_S(converted);
     Tensor tOsO = thread_copy.partition_D(sO);
 
+    // O's own buffer: the previous tile's store has read it (issued a tile ago, so long done).
+    if constexpr (Config::kOwnOutputBuffer) {
+      if (thread_idx == 0) tma_store_wait<0>();
+    }
     barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputBufferFree);
     copy(smem_copy, tOrO, tOsO);
     // The TMA engine reads shared memory through the async proxy: publish the stores to it.
@@ -93,7 +99,8 @@ struct ForwardEpilogue {
                                                   group_modes<0, 2>(sO), group_modes<0, 2>(gO));
         copy(params.tma_store_o, tOsO_tma, tOgO_tma);
         tma_store_arrive();
-        tma_store_wait<0>();  // shared memory read: the next tile's V may overwrite it
+        // In V's buffer, O must be read before the next tile's V loads: wait here.
+        if constexpr (!Config::kOwnOutputBuffer) tma_store_wait<0>();
       }
     } else {
       for (int chunk = thread_idx; chunk < rows * kChunksPerRow; chunk += kNumMmaThreads) {
@@ -104,9 +111,16 @@ struct ForwardEpilogue {
         *reinterpret_cast<uint4*>(params.o + offset + column) = value;
       }
     }
-    output_drained.arrive();
+    if constexpr (!Config::kOwnOutputBuffer) output_drained.arrive();
 
     if (params.lse != nullptr) store_lse(params, tile, seq, thread_idx, lse);
+  }
+
+  // After the last tile: its store has read O's own buffer before the CTA's shared memory goes.
+  __device__ static void finish(int thread_idx) {
+    if constexpr (Config::kOwnOutputBuffer) {
+      if (thread_idx == 0) tma_store_wait<0>();
+    }
   }
 
   // A tile whose rows see no key: O = 0 and LSE = -inf, written from registers (shared memory and
