@@ -112,10 +112,10 @@ struct ForwardConfig {
       decltype(tile_to_shape(KMajorAtom<Element, kBlockN>{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
       decltype(composition(SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
                                                                Step<_2, _1, _3>{})))>;
-  // The epilogue stages O in the buffer P.V reads (V's, or V^T's where the kernel transposes V),
-  // not Q's: the next tile's Q and K (and V in rows, for the transpose) then load while this
-  // tile's O is stored, and only what writes that buffer next waits for the store. Sized in
-  // Elements for either content.
+  // Without kOwnOutputBuffer (below) the epilogue stages O in the buffer P.V reads (V's, or V^T's
+  // where the kernel transposes V), not Q's: the next tile's Q and K (and V in rows, for the
+  // transpose) then load while this tile's O is stored, and only what writes that buffer next
+  // waits for the store. Sized in Elements for either content.
   static constexpr int kOutputBytes = cosize_v<SmemLayoutO> * int(sizeof(ElementOut));
   static constexpr int kPvOperandElements =
       cute::max(cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>, kOutputBytes / int(sizeof(Element)));

@@ -78,7 +78,8 @@ struct ForwardEpilogue {
     Tensor tOrO = thread_copy.retile_S(converted);
     Tensor tOsO = thread_copy.partition_D(sO);
 
-    // O's own buffer: the previous tile's store has read it (issued a tile ago, so long done).
+    // O's own buffer: the previous tile's store has read it (issued a tile ago: rarely still
+    // running, unless that tile was a short one).
     if constexpr (Config::kOwnOutputBuffer) {
       if (thread_idx == 0) tma_store_wait<0>();
     }

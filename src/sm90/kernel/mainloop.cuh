@@ -14,7 +14,8 @@
 //
 // FP8 (Config::kFp8): three more producer warps transpose each V block as it lands into V^T,
 // keys contiguous (FP8 WGMMA reads both operands K-major), and hand it to the consumers through a
-// second pipeline; the output store waits for those warps instead, and V's own loads never wait.
+// second pipeline; the output store waits for those warps instead (unless O has its own buffer),
+// and V's own loads never wait.
 // V given transposed (Config::kVTransposedInput) needs none of that: TMA loads it into V^T's
 // buffer as the 16-bit path loads V.
 // The consumers scale each score tile by its Q and K descales inside the softmax, round P to e4m3

@@ -10,7 +10,8 @@ enum class ForwardBarrier : uint32_t {
   // Consumers -> producer warp: the tile no longer reads Q's buffer (every Q K^T retired, or with
   // Q in registers, the first), so the next tile's Q may load.
   kQueryEmpty = 0,
-  // Among consumers: every P V of the tile has retired, so O may overwrite V's buffer.
+  // Among consumers: every P V of the tile has retired, so O may overwrite V's buffer (or, with
+  // O's own buffer, the previous tile's store has read it).
   kOutputBufferFree = 1,
   // Among consumers: O is in shared memory and visible to the TMA engine.
   kOutputStaged = 2,
