@@ -101,7 +101,13 @@ struct ForwardConfig {
 
   using SmemAtom = KMajorAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutO = decltype(tile_to_shape(KMajorAtom<ElementOut, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // O in shared memory as one slab per consumer warp: a warp's accumulator rows (16 of its
+  // warpgroup's 64) are staged, and stored by TMA, by that warp alone, so the epilogue needs no
+  // barrier across warps (epilogue.cuh). Each slab is a whole number of swizzle periods.
+  static constexpr int kWarpRows = 16;
+  using SmemLayoutOWarp =
+      decltype(tile_to_shape(KMajorAtom<ElementOut, kHeadDim>{}, Shape<Int<kWarpRows>, Int<kHeadDim>>{}));
+  using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWarp{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(
       SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V^T, (head_dim, keys, stage), the B operand of P.V. 16-bit: the same bytes as V, viewed
