@@ -87,10 +87,10 @@ struct ForwardEpilogue {
     if constexpr (Config::kOwnOutputBuffer) {
       // The warp's previous store (a tile ago) has read its slab.
       if (lane == 0) tma_store_wait<0>();
+      __syncwarp();
     } else {
       barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputBufferFree);
     }
-    __syncwarp();
     copy(smem_copy, tOrO, tOsO);
     // The TMA engine reads shared memory through the async proxy: publish the stores to it.
     cutlass::arch::fence_view_async_shared();
@@ -121,7 +121,7 @@ struct ForwardEpilogue {
         *reinterpret_cast<uint4*>(params.o + offset + column) = value;
       }
     }
-    // Complete once every lane of every warp has arrived, each warp's first after its store's read.
+    // Completes once every consumer thread has arrived, each warp's lane 0 after its store's read.
     if constexpr (!Config::kOwnOutputBuffer) output_drained.arrive();
 
     if (params.lse != nullptr) store_lse(params, tile, seq, thread_idx, lse);

@@ -68,7 +68,7 @@ struct ForwardKernel {
       Mainloop::prefetch_descriptors(params.mainloop);
       Epilogue::prefetch_descriptors(params.epilogue);
       shared.q_full.init(1);
-      shared.output_drained.init(Config::kNumMmaThreads);
+      if constexpr (!Config::kOwnOutputBuffer) shared.output_drained.init(Config::kNumMmaThreads);
       Scheduler::template init<kTileReaders>(storage.scheduler);
     }
     const int producer_warp = is_producer ? int(threadIdx.x) / 32 : -1;
