@@ -101,7 +101,17 @@ struct ForwardConfig {
 
   using SmemAtom = KMajorAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutO = decltype(tile_to_shape(KMajorAtom<ElementOut, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // O in shared memory as one slab per consumer warp: a warp's accumulator rows (16 of its
+  // warpgroup's 64) are staged, and stored by TMA, by that warp alone, so the epilogue needs no
+  // barrier across warps (epilogue.cuh). A slab is whole swizzle atoms (8 rows each, one swizzle
+  // period), so it starts on a period and swizzles as a tensor of its own.
+  static constexpr int kWarpRows = 16;
+  static_assert(decltype(size<0>(typename TiledMmaPV::AtomShape_MNK{}))::value == 4 * kWarpRows,
+                "a WGMMA accumulator gives each of its warpgroup's four warps kWarpRows rows");
+  using OutputAtom = KMajorAtom<ElementOut, kHeadDim>;
+  static_assert(kWarpRows % decltype(size<0>(OutputAtom{}))::value == 0, "a slab is whole swizzle atoms");
+  using SmemLayoutOWarp = decltype(tile_to_shape(OutputAtom{}, Shape<Int<kWarpRows>, Int<kHeadDim>>{}));
+  using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWarp{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(
       SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V^T, (head_dim, keys, stage), the B operand of P.V. 16-bit: the same bytes as V, viewed
@@ -112,13 +122,26 @@ struct ForwardConfig {
       decltype(tile_to_shape(KMajorAtom<Element, kBlockN>{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
       decltype(composition(SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
                                                                Step<_2, _1, _3>{})))>;
-  // The epilogue stages O in the buffer P.V reads (V's, or V^T's where the kernel transposes V),
-  // not Q's: the next tile's Q and K (and V in rows, for the transpose) then load while this
-  // tile's O is stored, and only what writes that buffer next waits for the store. Sized in
-  // Elements for either content.
+  // Without kOwnOutputBuffer (below) the epilogue stages O in the buffer P.V reads (V's, or V^T's
+  // where the kernel transposes V), not Q's: the next tile's Q and K (and V in rows, for the
+  // transpose) then load while this tile's O is stored, and only what writes that buffer next
+  // waits for the store. Sized in Elements for either content.
   static constexpr int kOutputBytes = cosize_v<SmemLayoutO> * int(sizeof(ElementOut));
+  static constexpr int kPvOperandInputElements = cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>;
+  // Where O also fits a buffer of its own, the epilogue stages it there instead, so that nothing
+  // waits for its store: the TMA store's read of shared memory (some 2,000 cycles at head_dim 128)
+  // held the storing thread's warpgroup, and with it the next tile's first S and turns, and the next
+  // tile's V loads waited for it too (timeline, performance log 2026-12-05 sixth). Each warp waits
+  // for its own store before staging its next rows, a tile later. The sum counts Q, K, V (and V^T's
+  // own buffer where the kernel transposes V) and O, and 3 KB for the barriers and the 1 KB
+  // alignment (2-3 KB in every configuration); the kernel's static_assert holds the exact sum.
+  static constexpr int kInputBytes = int(kBlockM * kHeadDim * sizeof(Element)) +
+                                     (kTransposeV ? 2 : 1) * int(kStages * kBlockN * kHeadDim * sizeof(Element)) +
+                                     kPvOperandInputElements * int(sizeof(Element));
+  static constexpr bool kOwnOutputBuffer = kInputBytes + kOutputBytes + 3 * 1024 <= 227 * 1024;
   static constexpr int kPvOperandElements =
-      cute::max(cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>, kOutputBytes / int(sizeof(Element)));
+      kOwnOutputBuffer ? kPvOperandInputElements
+                       : cute::max(kPvOperandInputElements, kOutputBytes / int(sizeof(Element)));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;

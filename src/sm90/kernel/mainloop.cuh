@@ -9,11 +9,13 @@
 // (pingpong, 16-bit up to head_dim 128: Config::kPingpong), the warpgroups take turns to issue,
 // so one's softmax runs under the other's GEMMs; across tiles, the next tile's K and Q load while
 // this tile finishes (kQueryEmpty: with Q in registers, Config::kQInRegisters, as soon as the first
-// block has read Q), and only its V waits for this tile's output store (output_drained).
+// block has read Q), and only its V waits for this tile's output store (output_drained), unless O
+// is staged in a buffer of its own (Config::kOwnOutputBuffer), when nothing waits for that store.
 //
 // FP8 (Config::kFp8): three more producer warps transpose each V block as it lands into V^T,
 // keys contiguous (FP8 WGMMA reads both operands K-major), and hand it to the consumers through a
-// second pipeline; the output store waits for those warps instead, and V's own loads never wait.
+// second pipeline; the output store waits for those warps instead (unless O has its own buffer),
+// and V's own loads never wait.
 // V given transposed (Config::kVTransposedInput) needs none of that: TMA loads it into V^T's
 // buffer as the 16-bit path loads V.
 // The consumers scale each score tile by its Q and K descales inside the softmax, round P to e4m3
@@ -68,27 +70,39 @@ struct ForwardMainloop {
     typename TransposePipeline::SharedStorage pipeline;
   };
   struct NoStorage {};
+  struct OutputStorage {
+    alignas(1024) cute::array_aligned<typename Config::ElementOut, cosize_v<typename Config::SmemLayoutO>, 1024> o;
+  };
   static constexpr int kVElements =
       Config::kTransposeV ? cosize_v<typename Config::SmemLayoutKV> : Config::kPvOperandElements;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutKV>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;  // and O, for 16-bit inputs
+    alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;  // and O, for 16-bit inputs without kOwnOutputBuffer
     conditional_t<Config::kTransposeV, TransposeStorage, NoStorage> transpose;
+    conditional_t<Config::kOwnOutputBuffer, OutputStorage, NoStorage> output;
     cutlass::arch::ClusterTransactionBarrier q_full;
-    // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer.
+    // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer
+    // (unused with Config::kOwnOutputBuffer).
     cutlass::arch::ClusterBarrier output_drained;
     typename Pipeline::SharedStorage k_pipeline;
     typename Pipeline::SharedStorage v_pipeline;
   };
 
-  // The buffer P V reads its B operand from, where the epilogue then stages O.
+  // The buffer P V reads its B operand from, where the epilogue stages O unless O has its own.
   __device__ static Element* pv_operand_buffer(SharedStorage& shared) {
     if constexpr (Config::kTransposeV) {
       return shared.transpose.vt.data();
     } else {
       return shared.v.data();
+    }
+  }
+  __device__ static void* output_buffer(SharedStorage& shared) {
+    if constexpr (Config::kOwnOutputBuffer) {
+      return shared.output.o.data();
+    } else {
+      return pv_operand_buffer(shared);
     }
   }
 
@@ -262,8 +276,9 @@ struct ForwardMainloop {
       copy(params.tma_load_q.with(reinterpret_cast<uint64_t&>(shared.q_full), 0), tQgQ, tQsQ);
     }
     // The buffer V is loaded into holds the previous tile's O until its store has read it (where
-    // the kernel transposes V, V^T's buffer does, which the transposing warps wait for instead).
-    if constexpr (!Config::kTransposeV) shared.output_drained.wait((work_idx + 1) % 2);
+    // the kernel transposes V, V^T's buffer does, which the transposing warps wait for instead),
+    // unless O has a buffer of its own.
+    if constexpr (!Config::kTransposeV && !Config::kOwnOutputBuffer) shared.output_drained.wait((work_idx + 1) % 2);
     // V of a block is consumed one step after its K, so it is loaded one step later too.
     for (--n_block; n_block >= 0; --n_block) {
       const PipelineState v_state = write_state;
@@ -280,8 +295,8 @@ struct ForwardMainloop {
   __device__ static void transpose_v(SharedStorage& shared, Pipeline& v_pipeline, PipelineState& v_state,
                                      TransposePipeline& vt_pipeline, PipelineState& vt_state, int key_block_end,
                                      int work_idx, int thread) {
-    // V^T's buffer holds the previous tile's O until its store has read it.
-    shared.output_drained.wait((work_idx + 1) % 2);
+    // V^T's buffer holds the previous tile's O until its store has read it (unless O has its own).
+    if constexpr (!Config::kOwnOutputBuffer) shared.output_drained.wait((work_idx + 1) % 2);
     for (int n_block = 0; n_block < key_block_end; ++n_block) {
       v_pipeline.consumer_wait(v_state);
       vt_pipeline.producer_acquire(vt_state);
