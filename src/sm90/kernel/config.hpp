@@ -128,17 +128,21 @@ struct ForwardConfig {
   // waits for the store. Sized in Elements for either content.
   static constexpr int kOutputBytes = cosize_v<SmemLayoutO> * int(sizeof(ElementOut));
   static constexpr int kPvOperandInputElements = cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>;
-  // Where O also fits a buffer of its own, the epilogue stages it there instead, so that nothing
-  // waits for its store: the TMA store's read of shared memory (some 2,000 cycles at head_dim 128)
-  // held the storing thread's warpgroup, and with it the next tile's first S and turns, and the next
-  // tile's V loads waited for it too (timeline, performance log 2026-12-05 sixth). Each warp waits
-  // for its own store before staging its next rows, a tile later. The sum counts Q, K, V (and V^T's
-  // own buffer where the kernel transposes V) and O, and 3 KB for the barriers and the 1 KB
-  // alignment (2-3 KB in every configuration); the kernel's static_assert holds the exact sum.
+  // O in a buffer of its own, for the two pingpong warpgroups of 16-bit inputs (head_dim 64's short
+  // tile, 96, 128): their epilogues then share no barrier (epilogue.cuh), so the warpgroup that
+  // finishes its tile first, half a step ahead under the turns, starts the next tile while the other
+  // stores, and the tensor cores get its first S where both used to wait for each other (head_dim
+  // 128 +2-6% at 512-2k and causal 8k on an H100; performance log, 2026-12-05 seventh). Not with
+  // three warpgroups (head_dim 64's 192-row tile lost 2-3% at 8k) nor for FP8, whose warpgroups do
+  // not take turns (O's own buffer lost 6-9% at head_dim 128 1k-2k). Each warp waits for its own
+  // store before staging its next rows, a tile later. The sum counts Q, K, V (and V^T's own buffer
+  // where the kernel transposes V) and O, and 3 KB for the barriers and the 1 KB alignment (2-3 KB
+  // in every configuration); the kernel's static_assert holds the exact sum.
   static constexpr int kInputBytes = int(kBlockM * kHeadDim * sizeof(Element)) +
                                      (kTransposeV ? 2 : 1) * int(kStages * kBlockN * kHeadDim * sizeof(Element)) +
                                      kPvOperandInputElements * int(sizeof(Element));
-  static constexpr bool kOwnOutputBuffer = kInputBytes + kOutputBytes + 3 * 1024 <= 227 * 1024;
+  static constexpr bool kOwnOutputBuffer =
+      !kFp8 && kNumConsumerWarpgroups == 2 && kInputBytes + kOutputBytes + 3 * 1024 <= 227 * 1024;
   static constexpr int kPvOperandElements =
       kOwnOutputBuffer ? kPvOperandInputElements
                        : cute::max(kPvOperandInputElements, kOutputBytes / int(sizeof(Element)));
