@@ -132,9 +132,10 @@ struct ForwardConfig {
   // tile, 96, 128): their epilogues then share no barrier (epilogue.cuh), so the warpgroup that
   // finishes its tile first, half a step ahead under the turns, starts the next tile while the other
   // stores, and the tensor cores get its first S where both used to wait for each other (head_dim
-  // 128 +2-6% at 512-2k and causal 8k on an H100; performance log, 2026-12-05 seventh). Not with
-  // three warpgroups (head_dim 64's 192-row tile lost 2-3% at 8k) nor for FP8, whose warpgroups do
-  // not take turns (O's own buffer lost 6-9% at head_dim 128 1k-2k). Each warp waits for its own
+  // 128 +2-7% at 512-1k and +2-6% at causal 2k and 8k on an H100; performance log, 2026-12-05
+  // seventh). Not with three warpgroups (head_dim 64's 192-row tile: +3.5% at 512, but up to 3%
+  // lost at 8k) nor for FP8, whose warpgroups do not take turns (O's own buffer lost 6-9% at
+  // head_dim 128 1k-2k). Each warp waits for its own
   // store before staging its next rows, a tile later. The sum counts Q, K, V (and V^T's own buffer
   // where the kernel transposes V) and O, and 3 KB for the barriers and the 1 KB alignment (2-3 KB
   // in every configuration); the kernel's static_assert holds the exact sum.

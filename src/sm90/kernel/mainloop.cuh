@@ -14,8 +14,7 @@
 //
 // FP8 (Config::kFp8): three more producer warps transpose each V block as it lands into V^T,
 // keys contiguous (FP8 WGMMA reads both operands K-major), and hand it to the consumers through a
-// second pipeline; the output store waits for those warps instead (unless O has its own buffer),
-// and V's own loads never wait.
+// second pipeline; the output store waits for those warps instead, and V's own loads never wait.
 // V given transposed (Config::kVTransposedInput) needs none of that: TMA loads it into V^T's
 // buffer as the 16-bit path loads V.
 // The consumers scale each score tile by its Q and K descales inside the softmax, round P to e4m3
@@ -79,7 +78,8 @@ struct ForwardMainloop {
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutKV>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;  // and O, for 16-bit inputs without kOwnOutputBuffer
+    // and O, for 16-bit inputs without kOwnOutputBuffer and FP8 with V given transposed
+    alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;
     conditional_t<Config::kTransposeV, TransposeStorage, NoStorage> transpose;
     conditional_t<Config::kOwnOutputBuffer, OutputStorage, NoStorage> output;
     cutlass::arch::ClusterTransactionBarrier q_full;
