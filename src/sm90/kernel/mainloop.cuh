@@ -25,9 +25,9 @@
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
-#include <cutlass/fast_math.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "core/fast_divisor.hpp"
 #include "core/problem.hpp"
 #include "sm90/kernel/mask.cuh"
 #include "sm90/kernel/matrix_stores.hpp"
@@ -119,8 +119,9 @@ struct ForwardMainloop {
 
   struct Fp8Descales {
     Fp8Scales q, k, v;
-    // k's rows_per_scale(), for the block of each chunk of every key block.
-    cutlass::FastDivmod k_rows_per_scale;
+    // k's rows_per_scale(), for the block of each chunk of every key block (dividends: the chunks'
+    // first packed keys, in [0, 2^31)).
+    FastDivisor k_rows_per_scale;
     // A power of two: each sequence's key blocks start at the multiple of it at or before its
     // first packed key (key_shift).
     int key_alignment;
@@ -172,7 +173,7 @@ struct ForwardMainloop {
       const bool chunk_grid = p.seqlens.varlen() && p.k_scales.scaling == Fp8Scaling::kBlock;
       // V given transposed permutes its keys within aligned groups, which key blocks must not split.
       const int v_grid = Config::kVTransposedInput ? int(kVTransposedGroup) : 1;
-      params.descales = {p.q_scales, p.k_scales, p.v_scales, cutlass::FastDivmod(rows_per_scale),
+      params.descales = {p.q_scales, p.k_scales, p.v_scales, FastDivisor(rows_per_scale),
                          std::max(chunk_grid ? kKScaleChunkKeys : 1, v_grid)};
     }
     return params;
