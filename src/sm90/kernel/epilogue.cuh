@@ -1,9 +1,10 @@
 // The forward epilogue collective: O converted to the output type and staged in shared memory with
-// stmatrix (in a buffer of its own where one fits, Config::kOwnOutputBuffer; else in the buffer P V
-// read V from, free once every consumer's last P V has retired), then stored. Each consumer warp
-// stages and stores its own 16 rows (Config::SmemLayoutOWarp), so with O's own buffer no warp
+// stmatrix, then stored, in slabs of Config::kStoreRows rows. Where O has a buffer of its own
+// (Config::kOwnOutputBuffer), each consumer warp stages and stores its own 16 rows, so no warp
 // waits for another: a warpgroup that finishes its tile first goes on to the next one while the
 // others finish theirs, and the pingpong's stagger between warpgroups survives the tile boundary.
+// Otherwise O goes to the buffer P V read V from, free once every consumer's last P V has retired,
+// and the tile is one slab, staged by all consumers and stored at once.
 // Fixed lengths use TMA stores that clip the rows past seqlen_q; a variable-length batch stores
 // row by row instead, since a TMA store would clip only at the packed tensor's end and overwrite
 // the next sequence's rows. The log-sum-exp goes straight from registers, one thread per row. Its
@@ -33,10 +34,13 @@ struct ForwardEpilogue {
   // 16-byte chunks of a row: a swizzle permutes whole chunks, so each is contiguous in shared memory.
   static constexpr int kChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kChunk;
-  static constexpr int kWarpRows = Config::kWarpRows;
-  using SmemLayoutOWarp = typename Config::SmemLayoutOWarp;
+  static constexpr bool kPerWarp = Config::kOwnOutputBuffer;
+  static constexpr int kStoreRows = Config::kStoreRows;
+  // The threads that stage a slab: its warp, or every consumer.
+  static constexpr int kSlabThreads = kPerWarp ? 32 : kNumMmaThreads;
+  using SmemLayoutOSlab = typename Config::SmemLayoutOSlab;
 
-  using TmaO = TmaStore<Element, SmemLayoutOWarp, Shape<Int<kWarpRows>, Int<kHeadDim>>>;
+  using TmaO = TmaStore<Element, SmemLayoutOSlab, Shape<Int<kStoreRows>, Int<kHeadDim>>>;
 
   struct Params {
     GmemShape shape_o;
@@ -81,12 +85,12 @@ struct ForwardEpilogue {
     auto thread_copy = smem_copy.get_thread_slice(thread_idx);
     Tensor converted = convert_fragment<Element>(output);
     Tensor tOrO = thread_copy.retile_S(converted);
-    Tensor tOsO = thread_copy.partition_D(sO);  // the thread's own accumulator rows: its warp's slab
+    Tensor tOsO = thread_copy.partition_D(sO);  // the thread's own accumulator rows, in its slab
 
-    const int warp = thread_idx / 32, lane = thread_idx % 32;
-    if constexpr (Config::kOwnOutputBuffer) {
+    const int slab = thread_idx / kSlabThreads, slab_thread = thread_idx % kSlabThreads;
+    if constexpr (kPerWarp) {
       // The warp's previous store (a tile ago) has read its slab.
-      if (lane == 0) tma_store_wait<0>();
+      if (slab_thread == 0) tma_store_wait<0>();
       __syncwarp();
     } else {
       barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputBufferFree);
@@ -94,43 +98,47 @@ struct ForwardEpilogue {
     copy(smem_copy, tOrO, tOsO);
     // The TMA engine reads shared memory through the async proxy: publish the stores to it.
     cutlass::arch::fence_view_async_shared();
-    __syncwarp();
+    if constexpr (kPerWarp) {
+      __syncwarp();
+    } else {
+      barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputStaged);
+    }
 
-    Tensor sOWarp = make_tensor(make_smem_ptr(static_cast<Element*>(buffer) + warp * cosize_v<SmemLayoutOWarp>),
-                                SmemLayoutOWarp{});
-    const int first_row = tile.block * kBlockM + warp * kWarpRows;
-    const int rows = min(kWarpRows, int(seq.seqlen_q) - first_row);
+    Tensor sOSlab = make_tensor(make_smem_ptr(static_cast<Element*>(buffer) + slab * cosize_v<SmemLayoutOSlab>),
+                                SmemLayoutOSlab{});
+    const int first_row = tile.block * kBlockM + slab * kStoreRows;
+    const int rows = min(kStoreRows, int(seq.seqlen_q) - first_row);
     if (!params.seqlens.varlen()) {
-      if (lane == 0 && rows > 0) {
+      if (slab_thread == 0 && rows > 0) {
         Tensor mO = params.tma_store_o.get_tma_tensor(params.shape_o);
-        Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<kWarpRows>, Int<kHeadDim>>{},
-                               make_coord(first_row / kWarpRows, _0{}));
+        Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<kStoreRows>, Int<kHeadDim>>{},
+                               make_coord(first_row / kStoreRows, _0{}));
         auto [tOgO_tma, tOsO_tma] = tma_partition(params.tma_store_o, _0{}, Layout<_1>{},
-                                                  group_modes<0, 2>(sOWarp), group_modes<0, 2>(gO));
+                                                  group_modes<0, 2>(sOSlab), group_modes<0, 2>(gO));
         copy(params.tma_store_o, tOsO_tma, tOgO_tma);
         tma_store_arrive();
         // In V's buffer, O must be read before the next tile's V loads: wait here.
-        if constexpr (!Config::kOwnOutputBuffer) tma_store_wait<0>();
+        if constexpr (!kPerWarp) tma_store_wait<0>();
       }
     } else {
-      for (int chunk = lane; chunk < rows * kChunksPerRow; chunk += 32) {
+      for (int chunk = slab_thread; chunk < rows * kChunksPerRow; chunk += kSlabThreads) {
         const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * kChunk;
-        const uint4 value = *reinterpret_cast<uint4 const*>(&sOWarp(row, column));
+        const uint4 value = *reinterpret_cast<uint4 const*>(&sOSlab(row, column));
         const int64_t offset =
             row_offset(params.o_stride, seq.tensor_batch, seq.q_begin + first_row + row, tile.head);
         *reinterpret_cast<uint4*>(params.o + offset + column) = value;
       }
     }
-    // Completes once every consumer thread has arrived, each warp's lane 0 after its store's read.
-    if constexpr (!Config::kOwnOutputBuffer) output_drained.arrive();
+    // Completes once every consumer thread has arrived, thread 0 after the store's read.
+    if constexpr (!kPerWarp) output_drained.arrive();
 
     if (params.lse != nullptr) store_lse(params, tile, seq, thread_idx, lse);
   }
 
   // After the last tile: each warp's store has read O's own buffer before the CTA's shared memory goes.
   __device__ static void finish(int thread_idx) {
-    if constexpr (Config::kOwnOutputBuffer) {
-      if (thread_idx % 32 == 0) tma_store_wait<0>();
+    if constexpr (kPerWarp) {
+      if (thread_idx % kSlabThreads == 0) tma_store_wait<0>();
     }
   }
 

@@ -13,8 +13,11 @@ enum class ForwardBarrier : uint32_t {
   // Among consumers, where O is staged in V's buffer (not Config::kOwnOutputBuffer): every P V of
   // the tile has retired, so O may overwrite it.
   kOutputBufferFree = 1,
+  // Among consumers, where O is staged in V's buffer: O is in shared memory and visible to the TMA
+  // engine.
+  kOutputStaged = 2,
   // Pingpong: consumer warpgroup w issues its GEMMs after kWarpgroupTurn + w completes.
-  kWarpgroupTurn = 2,  // ids 2, 3, 4 for up to three consumer warpgroups
+  kWarpgroupTurn = 3,  // ids 3, 4, 5 for up to three consumer warpgroups
 };
 
 __device__ __forceinline__ void barrier_sync(uint32_t threads, ForwardBarrier id, int offset = 0) {
