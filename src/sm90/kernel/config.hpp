@@ -101,7 +101,6 @@ struct ForwardConfig {
 
   using SmemAtom = KMajorAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutO = decltype(tile_to_shape(KMajorAtom<ElementOut, kHeadDim>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(
       SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V^T, (head_dim, keys, stage), the B operand of P.V. 16-bit: the same bytes as V, viewed
@@ -112,13 +111,45 @@ struct ForwardConfig {
       decltype(tile_to_shape(KMajorAtom<Element, kBlockN>{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
       decltype(composition(SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
                                                                Step<_2, _1, _3>{})))>;
-  // The epilogue stages O in the buffer P.V reads (V's, or V^T's where the kernel transposes V),
-  // not Q's: the next tile's Q and K (and V in rows, for the transpose) then load while this
-  // tile's O is stored, and only what writes that buffer next waits for the store. Sized in
-  // Elements for either content.
-  static constexpr int kOutputBytes = cosize_v<SmemLayoutO> * int(sizeof(ElementOut));
+  // Without kOwnOutputBuffer (below) the epilogue stages O in the buffer P.V reads (V's, or V^T's
+  // where the kernel transposes V), not Q's: the next tile's Q and K (and V in rows, for the
+  // transpose) then load while this tile's O is stored, and only what writes that buffer next
+  // waits for the store. Sized in Elements for either content.
+  static constexpr int kOutputBytes = kBlockM * kHeadDim * int(sizeof(ElementOut));
+  static constexpr int kPvOperandInputElements = cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>;
+  // O in a buffer of its own, for the two pingpong warpgroups of 16-bit inputs (head_dim 64's short
+  // tile, 96, 128): each warp then stages and stores its rows alone (kStoreRows), so the warpgroup
+  // that finishes its tile first, half a step ahead under the turns, starts the next tile while the
+  // other stores, and the tensor cores get its first S where both used to wait for each other
+  // (head_dim 128 +4-8% at 512-2k and +3-4% at causal 8k on an H100; performance log, 2026-12-05
+  // seventh and eighth). Not with three warpgroups (head_dim 64's 192-row tile: +3.5% at 512, but
+  // 3-4% lost at 1k-8k) nor for FP8, whose warpgroups do not take turns (O's own buffer lost 6-9% at
+  // head_dim 128 1k-2k, per-warp stores in V^T's buffer 5-8%). Each warp waits for its own store
+  // before staging its next rows, a tile later. The sum counts Q, K, V (and V^T's own buffer where
+  // the kernel transposes V) and O, and 3 KB for the barriers and the 1 KB alignment (2-3 KB in
+  // every configuration); the kernel's static_assert holds the exact sum.
+  static constexpr int kInputBytes = int(kBlockM * kHeadDim * sizeof(Element)) +
+                                     (kTransposeV ? 2 : 1) * int(kStages * kBlockN * kHeadDim * sizeof(Element)) +
+                                     kPvOperandInputElements * int(sizeof(Element));
+  static constexpr bool kOwnOutputBuffer =
+      !kFp8 && kNumConsumerWarpgroups == 2 && kInputBytes + kOutputBytes + 3 * 1024 <= 227 * 1024;
   static constexpr int kPvOperandElements =
-      cute::max(cosize_v<conditional_t<kFp8, SmemLayoutVt, SmemLayoutKV>>, kOutputBytes / int(sizeof(Element)));
+      kOwnOutputBuffer ? kPvOperandInputElements
+                       : cute::max(kPvOperandInputElements, kOutputBytes / int(sizeof(Element)));
+
+  // The rows of O staged and stored together (epilogue.cuh). In its own buffer, a warp's
+  // accumulator rows (16 of its warpgroup's 64): no barrier across warps. In V's buffer, which every
+  // warp's last P V must have read first, the whole tile, as one TMA store. Each slab of rows is
+  // whole swizzle atoms (8 rows each, one swizzle period), so it starts on a period and swizzles as
+  // a tensor of its own.
+  static constexpr int kWarpRows = 16;
+  static_assert(decltype(size<0>(typename TiledMmaPV::AtomShape_MNK{}))::value == 4 * kWarpRows,
+                "a WGMMA accumulator gives each of its warpgroup's four warps kWarpRows rows");
+  static constexpr int kStoreRows = kOwnOutputBuffer ? kWarpRows : kBlockM;
+  using OutputAtom = KMajorAtom<ElementOut, kHeadDim>;
+  static_assert(kStoreRows % decltype(size<0>(OutputAtom{}))::value == 0, "a slab is whole swizzle atoms");
+  using SmemLayoutOSlab = decltype(tile_to_shape(OutputAtom{}, Shape<Int<kStoreRows>, Int<kHeadDim>>{}));
+  using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOSlab{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename Pipeline::PipelineState;

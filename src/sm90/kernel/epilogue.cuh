@@ -1,9 +1,14 @@
-// The forward epilogue collective: O converted to the output type and staged in shared memory (the
-// buffer P V read V from, free once every consumer's last P V has retired) with stmatrix, then stored. Fixed
-// lengths use one TMA store that clips the rows past seqlen_q; a variable-length batch stores row by
-// row instead, since a TMA store would clip only at the packed tensor's end and overwrite the next
-// sequence's rows. The log-sum-exp goes straight from registers, one thread per row. Its shared
-// storage is the mainloop's, so it owns parameters only. `Element` is the output's type
+// The forward epilogue collective: O converted to the output type and staged in shared memory with
+// stmatrix, then stored, in slabs of Config::kStoreRows rows. Where O has a buffer of its own
+// (Config::kOwnOutputBuffer), each consumer warp stages and stores its own 16 rows, so no warp
+// waits for another: a warpgroup that finishes its tile first goes on to the next one while the
+// others finish theirs, and the pingpong's stagger between warpgroups survives the tile boundary.
+// Otherwise O goes to the buffer P V read V from, free once every consumer's last P V has retired,
+// and the tile is one slab, staged by all consumers and stored at once.
+// Fixed lengths use TMA stores that clip the rows past seqlen_q; a variable-length batch stores
+// row by row instead, since a TMA store would clip only at the packed tensor's end and overwrite
+// the next sequence's rows. The log-sum-exp goes straight from registers, one thread per row. Its
+// shared storage is the mainloop's, so it owns parameters only. `Element` is the output's type
 // (Config::ElementOut), which FP8 inputs do not share.
 #pragma once
 
@@ -29,8 +34,13 @@ struct ForwardEpilogue {
   // 16-byte chunks of a row: a swizzle permutes whole chunks, so each is contiguous in shared memory.
   static constexpr int kChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kChunk;
+  static constexpr bool kPerWarp = Config::kOwnOutputBuffer;
+  static constexpr int kStoreRows = Config::kStoreRows;
+  // The threads that stage a slab: its warp, or every consumer.
+  static constexpr int kSlabThreads = kPerWarp ? 32 : kNumMmaThreads;
+  using SmemLayoutOSlab = typename Config::SmemLayoutOSlab;
 
-  using TmaO = TmaStore<Element, typename Config::SmemLayoutO, Shape<Int<kBlockM>, Int<kHeadDim>>>;
+  using TmaO = TmaStore<Element, SmemLayoutOSlab, Shape<Int<kStoreRows>, Int<kHeadDim>>>;
 
   struct Params {
     GmemShape shape_o;
@@ -61,8 +71,9 @@ struct ForwardEpilogue {
     prefetch_tma_descriptor(params.tma_store_o.get_tma_descriptor());
   }
 
-  // Signals `output_drained` (kNumMmaThreads arrivals) once shared memory may be overwritten.
-  // `buffer`: the mainloop's P V operand buffer, free once every consumer's last P V has retired.
+  // `buffer`: O's own (Config::kOwnOutputBuffer), or the mainloop's P V operand buffer, free once
+  // every consumer's last P V has retired; then `output_drained` (kNumMmaThreads arrivals) signals
+  // when the loads may overwrite it.
   template <class TensorO, class RowStats>
   __device__ static void store(Params const& params, void* buffer,
                                cutlass::arch::ClusterBarrier& output_drained, PairBlock const& tile,
@@ -74,39 +85,61 @@ struct ForwardEpilogue {
     auto thread_copy = smem_copy.get_thread_slice(thread_idx);
     Tensor converted = convert_fragment<Element>(output);
     Tensor tOrO = thread_copy.retile_S(converted);
-    Tensor tOsO = thread_copy.partition_D(sO);
+    Tensor tOsO = thread_copy.partition_D(sO);  // the thread's own accumulator rows, in its slab
 
-    barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputBufferFree);
+    const int slab = thread_idx / kSlabThreads, slab_thread = thread_idx % kSlabThreads;
+    if constexpr (kPerWarp) {
+      // The warp's previous store (a tile ago) has read its slab.
+      if (slab_thread == 0) tma_store_wait<0>();
+      __syncwarp();
+    } else {
+      barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputBufferFree);
+    }
     copy(smem_copy, tOrO, tOsO);
     // The TMA engine reads shared memory through the async proxy: publish the stores to it.
     cutlass::arch::fence_view_async_shared();
-    barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputStaged);
+    if constexpr (kPerWarp) {
+      __syncwarp();
+    } else {
+      barrier_sync(kNumMmaThreads, ForwardBarrier::kOutputStaged);
+    }
 
-    const int first_row = tile.block * kBlockM;
-    const int rows = min(kBlockM, int(seq.seqlen_q) - first_row);
+    Tensor sOSlab = make_tensor(make_smem_ptr(static_cast<Element*>(buffer) + slab * cosize_v<SmemLayoutOSlab>),
+                                SmemLayoutOSlab{});
+    const int first_row = tile.block * kBlockM + slab * kStoreRows;
+    const int rows = min(kStoreRows, int(seq.seqlen_q) - first_row);
     if (!params.seqlens.varlen()) {
-      if (thread_idx == 0) {
+      if (slab_thread == 0 && rows > 0) {
         Tensor mO = params.tma_store_o.get_tma_tensor(params.shape_o);
-        Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                               make_coord(tile.block, _0{}));
+        Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<Int<kStoreRows>, Int<kHeadDim>>{},
+                               make_coord(first_row / kStoreRows, _0{}));
         auto [tOgO_tma, tOsO_tma] = tma_partition(params.tma_store_o, _0{}, Layout<_1>{},
-                                                  group_modes<0, 2>(sO), group_modes<0, 2>(gO));
+                                                  group_modes<0, 2>(sOSlab), group_modes<0, 2>(gO));
         copy(params.tma_store_o, tOsO_tma, tOgO_tma);
         tma_store_arrive();
-        tma_store_wait<0>();  // shared memory read: the next tile's V may overwrite it
+        // In V's buffer, O must be read before the next tile's V loads: wait here.
+        if constexpr (!kPerWarp) tma_store_wait<0>();
       }
     } else {
-      for (int chunk = thread_idx; chunk < rows * kChunksPerRow; chunk += kNumMmaThreads) {
+      for (int chunk = slab_thread; chunk < rows * kChunksPerRow; chunk += kSlabThreads) {
         const int row = chunk / kChunksPerRow, column = chunk % kChunksPerRow * kChunk;
-        const uint4 value = *reinterpret_cast<uint4 const*>(&sO(row, column));
+        const uint4 value = *reinterpret_cast<uint4 const*>(&sOSlab(row, column));
         const int64_t offset =
             row_offset(params.o_stride, seq.tensor_batch, seq.q_begin + first_row + row, tile.head);
         *reinterpret_cast<uint4*>(params.o + offset + column) = value;
       }
     }
-    output_drained.arrive();
+    // Completes once every consumer thread has arrived, thread 0 after the store's read.
+    if constexpr (!kPerWarp) output_drained.arrive();
 
     if (params.lse != nullptr) store_lse(params, tile, seq, thread_idx, lse);
+  }
+
+  // After the last tile: each warp's store has read O's own buffer before the CTA's shared memory goes.
+  __device__ static void finish(int thread_idx) {
+    if constexpr (kPerWarp) {
+      if (thread_idx % kSlabThreads == 0) tma_store_wait<0>();
+    }
   }
 
   // A tile whose rows see no key: O = 0 and LSE = -inf, written from registers (shared memory and

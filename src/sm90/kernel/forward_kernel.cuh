@@ -21,7 +21,7 @@ namespace hopattn::sm90 {
 template <class Mainloop, class Epilogue, class Scheduler>
 struct ForwardKernel {
   using Config = typename Mainloop::Config;
-  // The epilogue stages O in the mainloop's V buffer and owns no shared memory of its own.
+  // The epilogue stages O in the mainloop's shared storage (Mainloop::output_buffer) and owns none.
   struct SharedStorage {
     typename Mainloop::SharedStorage mainloop;
     typename Scheduler::SharedStorage scheduler;
@@ -68,7 +68,7 @@ struct ForwardKernel {
       Mainloop::prefetch_descriptors(params.mainloop);
       Epilogue::prefetch_descriptors(params.epilogue);
       shared.q_full.init(1);
-      shared.output_drained.init(Config::kNumMmaThreads);
+      if constexpr (!Config::kOwnOutputBuffer) shared.output_drained.init(Config::kNumMmaThreads);
       Scheduler::template init<kTileReaders>(storage.scheduler);
     }
     const int producer_warp = is_producer ? int(threadIdx.x) / 32 : -1;
@@ -137,11 +137,12 @@ struct ForwardKernel {
                       work.coord, work.seq, work.mask, work.key_block_end, work_idx, thread_idx, output, lse,
                       timeline);
         timeline.stamp(TimelineEvent::kMainloopDone);
-        Epilogue::store(params.epilogue, Mainloop::pv_operand_buffer(shared), shared.output_drained, work.coord,
+        Epilogue::store(params.epilogue, Mainloop::output_buffer(shared), shared.output_drained, work.coord,
                         work.seq, thread_idx, output, lse);
         timeline.stamp(TimelineEvent::kEpilogueDone);
         ++work_idx;
       }
+      Epilogue::finish(thread_idx);
       timeline.finish();
     }
   }

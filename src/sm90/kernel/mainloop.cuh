@@ -9,7 +9,8 @@
 // (pingpong, 16-bit up to head_dim 128: Config::kPingpong), the warpgroups take turns to issue,
 // so one's softmax runs under the other's GEMMs; across tiles, the next tile's K and Q load while
 // this tile finishes (kQueryEmpty: with Q in registers, Config::kQInRegisters, as soon as the first
-// block has read Q), and only its V waits for this tile's output store (output_drained).
+// block has read Q), and only its V waits for this tile's output store (output_drained), unless O
+// is staged in a buffer of its own (Config::kOwnOutputBuffer), when nothing waits for that store.
 //
 // FP8 (Config::kFp8): three more producer warps transpose each V block as it lands into V^T,
 // keys contiguous (FP8 WGMMA reads both operands K-major), and hand it to the consumers through a
@@ -24,9 +25,9 @@
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
-#include <cutlass/fast_math.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "core/fast_divisor.hpp"
 #include "core/problem.hpp"
 #include "sm90/kernel/mask.cuh"
 #include "sm90/kernel/matrix_stores.hpp"
@@ -68,27 +69,40 @@ struct ForwardMainloop {
     typename TransposePipeline::SharedStorage pipeline;
   };
   struct NoStorage {};
+  struct OutputStorage {
+    alignas(1024) cute::array_aligned<typename Config::ElementOut, cosize_v<typename Config::SmemLayoutO>, 1024> o;
+  };
   static constexpr int kVElements =
       Config::kTransposeV ? cosize_v<typename Config::SmemLayoutKV> : Config::kPvOperandElements;
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutQ>, 1024> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutKV>, 1024> k;
-    alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;  // and O, for 16-bit inputs
+    // and O, for 16-bit inputs without kOwnOutputBuffer and FP8 with V given transposed
+    alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;
     conditional_t<Config::kTransposeV, TransposeStorage, NoStorage> transpose;
+    conditional_t<Config::kOwnOutputBuffer, OutputStorage, NoStorage> output;
     cutlass::arch::ClusterTransactionBarrier q_full;
-    // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer.
+    // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer
+    // (unused with Config::kOwnOutputBuffer).
     cutlass::arch::ClusterBarrier output_drained;
     typename Pipeline::SharedStorage k_pipeline;
     typename Pipeline::SharedStorage v_pipeline;
   };
 
-  // The buffer P V reads its B operand from, where the epilogue then stages O.
+  // The buffer P V reads its B operand from, where the epilogue stages O unless O has its own.
   __device__ static Element* pv_operand_buffer(SharedStorage& shared) {
     if constexpr (Config::kTransposeV) {
       return shared.transpose.vt.data();
     } else {
       return shared.v.data();
+    }
+  }
+  __device__ static void* output_buffer(SharedStorage& shared) {
+    if constexpr (Config::kOwnOutputBuffer) {
+      return shared.output.o.data();
+    } else {
+      return pv_operand_buffer(shared);
     }
   }
 
@@ -105,8 +119,9 @@ struct ForwardMainloop {
 
   struct Fp8Descales {
     Fp8Scales q, k, v;
-    // k's rows_per_scale(), for the block of each chunk of every key block.
-    cutlass::FastDivmod k_rows_per_scale;
+    // k's rows_per_scale(), for the block of each chunk of every key block (dividends: the chunks'
+    // first packed keys, in [0, 2^31)).
+    FastDivisor k_rows_per_scale;
     // A power of two: each sequence's key blocks start at the multiple of it at or before its
     // first packed key (key_shift).
     int key_alignment;
@@ -158,7 +173,7 @@ struct ForwardMainloop {
       const bool chunk_grid = p.seqlens.varlen() && p.k_scales.scaling == Fp8Scaling::kBlock;
       // V given transposed permutes its keys within aligned groups, which key blocks must not split.
       const int v_grid = Config::kVTransposedInput ? int(kVTransposedGroup) : 1;
-      params.descales = {p.q_scales, p.k_scales, p.v_scales, cutlass::FastDivmod(rows_per_scale),
+      params.descales = {p.q_scales, p.k_scales, p.v_scales, FastDivisor(rows_per_scale),
                          std::max(chunk_grid ? kKScaleChunkKeys : 1, v_grid)};
     }
     return params;
@@ -262,8 +277,9 @@ struct ForwardMainloop {
       copy(params.tma_load_q.with(reinterpret_cast<uint64_t&>(shared.q_full), 0), tQgQ, tQsQ);
     }
     // The buffer V is loaded into holds the previous tile's O until its store has read it (where
-    // the kernel transposes V, V^T's buffer does, which the transposing warps wait for instead).
-    if constexpr (!Config::kTransposeV) shared.output_drained.wait((work_idx + 1) % 2);
+    // the kernel transposes V, V^T's buffer does, which the transposing warps wait for instead),
+    // unless O has a buffer of its own.
+    if constexpr (!Config::kTransposeV && !Config::kOwnOutputBuffer) shared.output_drained.wait((work_idx + 1) % 2);
     // V of a block is consumed one step after its K, so it is loaded one step later too.
     for (--n_block; n_block >= 0; --n_block) {
       const PipelineState v_state = write_state;
@@ -280,8 +296,8 @@ struct ForwardMainloop {
   __device__ static void transpose_v(SharedStorage& shared, Pipeline& v_pipeline, PipelineState& v_state,
                                      TransposePipeline& vt_pipeline, PipelineState& vt_state, int key_block_end,
                                      int work_idx, int thread) {
-    // V^T's buffer holds the previous tile's O until its store has read it.
-    shared.output_drained.wait((work_idx + 1) % 2);
+    // V^T's buffer holds the previous tile's O until its store has read it (unless O has its own).
+    if constexpr (!Config::kOwnOutputBuffer) shared.output_drained.wait((work_idx + 1) % 2);
     for (int n_block = 0; n_block < key_block_end; ++n_block) {
       v_pipeline.consumer_wait(v_state);
       vt_pipeline.producer_acquire(vt_state);
@@ -392,6 +408,9 @@ struct ForwardMainloop {
 
     // FP8: the Q scale of each of the thread's rows (rows past the sequence read its last row's),
     // and per step the K scale of each chunk of the key block (keys past it read its last key's).
+    // The Q and V scales are loaded here and checked (usable_scale) only where first used, so that
+    // their loads' latency (L2 or DRAM: a new tile's rows) does not hold the Q wait (checked here,
+    // it did: FP8 head_dim 128's Q wait was 1,272 cycles a tile in the timeline, 16-bit's 100).
     RowVector<kRows> q_descale;
     float v_descale = 1.f;
     const int head_kv = kFp8 ? tile.head / params.heads_per_kv_head : 0;
@@ -403,14 +422,16 @@ struct ForwardMainloop {
       for (int r = 0; r < kRows; ++r) {
         const int row = min(tile.block * kBlockM + int(get<0>(rows(r, 0))), int(seq.seqlen_q) - 1);
         Fp8Scales const& q_scales = params.descales.q;
-        q_descale(r) = usable_scale(__ldg(q_scales.data + q_scales.index(seq.tensor_batch, tile.head, seq.q_begin + row)));
+        q_descale(r) = __ldg(q_scales.data + q_scales.index(seq.tensor_batch, tile.head, seq.q_begin + row));
       }
       Fp8Scales const& v_scales = params.descales.v;
-      v_descale = usable_scale(__ldg(v_scales.data + v_scales.index(seq.tensor_batch, head_kv, 0)));
+      v_descale = __ldg(v_scales.data + v_scales.index(seq.tensor_batch, head_kv, 0));
     }
-    auto softmax_step = [&](auto& scores, int n_block) CUTLASS_LAMBDA_FUNC_INLINE {
+    // FP8: the K scales of a key block's chunks as loaded; softmax_step checks them.
+    using ChunkScales = typename Softmax::ChunkScales;
+    auto k_descales_of = [&](int n_block) CUTLASS_LAMBDA_FUNC_INLINE {
+      ChunkScales loaded{};
       if constexpr (kFp8) {
-        typename Softmax::ChunkScales k_descale;
         CUTE_UNROLL
         for (int j = 0; j < kKScaleChunks; ++j) {
           // The chunk's first key, of the sequence (negative: before it, in the rows before the
@@ -418,8 +439,15 @@ struct ForwardMainloop {
           const int key =
               min(n_block * kBlockN + j * kKScaleChunkKeys - mask.shift(), int(seq.seqlen_k) - 1);
           const int block = params.descales.k_rows_per_scale.div(int(seq.k_begin) + key);
-          k_descale[j] = usable_scale(__ldg(k_scales_of_head + block));
+          loaded[j] = __ldg(k_scales_of_head + block);
         }
+      }
+      return loaded;
+    };
+    auto softmax_step = [&](auto& scores, ChunkScales k_descale) CUTLASS_LAMBDA_FUNC_INLINE {
+      if constexpr (kFp8) {
+        CUTE_UNROLL
+        for (int j = 0; j < kKScaleChunks; ++j) k_descale[j] = usable_scale(k_descale[j]);
         return softmax.step(scores, q_descale, k_descale);
       } else {
         return softmax.step(scores);
@@ -431,13 +459,18 @@ struct ForwardMainloop {
     const int unmasked_end = mask.unmasked_key_block_end(tile.block);
     PipelineState& k_state = read_state;
     PipelineState v_state = read_state;  // V trails K by one block: P of the previous block waits for it
+    int n_block = key_block_end - 1;
+    // Loaded with the Q scales: inside the step they would follow the first S's wait, a second
+    // latency in series with the Q scales' (the later steps' loads ptxas hoists above their S's
+    // wait). ptxas issues all of them just before the first Q K^T and checks them before its last
+    // WGMMA, so one load latency remains, partly under the first three.
+    const ChunkScales first_k_descales = k_descales_of(n_block);
     shared.q_full.wait(work_idx % 2);
     timeline.stamp(TimelineEvent::kQueryReady);
 
     // The first block has nothing to overlap with; it may cross the sequence end or the diagonal.
     // Its Q K^T reads Q from shared memory; with kQInRegisters, Q is loaded into registers under it
     // for the later blocks, and Q's buffer is then free for the next tile's Q.
-    int n_block = key_block_end - 1;
     Tensor scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
     k_pipeline.consumer_wait(k_state);
     if constexpr (Config::kQInRegisters) {
@@ -458,7 +491,11 @@ struct ForwardMainloop {
     k_pipeline.consumer_release(k_state);
     ++k_state;
     if (n_block >= unmasked_end || n_block < unmasked_begin) mask.apply(scores, tScS, tile.block, n_block);
-    softmax_step(scores, n_block);  // the output is still zero: nothing to rescale
+    if constexpr (kFp8) {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) q_descale(r) = usable_scale(q_descale(r));
+    }
+    softmax_step(scores, first_k_descales);  // the output is still zero: nothing to rescale
     timeline.stamp(TimelineEvent::kSoftmaxDone);
     Tensor p = convert_p(scores);
     // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
@@ -487,7 +524,7 @@ struct ForwardMainloop {
       k_pipeline.consumer_release(k_state);
       ++k_state;
       if constexpr (decltype(needs_mask)::value) mask.apply(next_scores, tScS, tile.block, n_block);
-      pending_rescale = softmax_step(next_scores, n_block);
+      pending_rescale = softmax_step(next_scores, k_descales_of(n_block));
       timeline.stamp(TimelineEvent::kSoftmaxDone);
       warpgroup_wait<0>();
       warpgroup_fence_operand(output);
@@ -510,7 +547,7 @@ struct ForwardMainloop {
     warpgroup_gemm<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
     v_pipeline.consumer_release(v_state);
 
-    lse = softmax.finalize(output, params.softmax_scale, v_descale);
+    lse = softmax.finalize(output, params.softmax_scale, kFp8 ? usable_scale(v_descale) : v_descale);
   }
 
   // P in the element type of P V, laid out (16-bit) as the accumulator or (FP8) as the operand.

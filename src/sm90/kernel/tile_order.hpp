@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "core/fast_divisor.hpp"
 #include "core/host_device.hpp"
 
 namespace hopattn::sm90 {
@@ -53,6 +54,12 @@ struct TileOrder {
   int section_pairs, wide_sections;
   int total_tiles;
   LongestBlock longest;
+  // The tiles of all wide sections, which come first.
+  int wide_tiles;
+  // coord's divisions, by the tiles and the pairs of a wide and of another section, and by the
+  // heads: fixed at the launch (FastDivisor; as runtime divisions they cost a tile's start some
+  // hundreds of cycles, performance log 2026-12-05 sixth).
+  FastDivisor wide_section_tiles, section_tiles, wide_section_pairs, section_pairs_divisor, heads_divisor;
 
   // `pair_bytes`: what the blocks of one (batch, head) pair stream and share; `section_bytes`: how
   // much of it a section's pairs may hold together (the caller's share of L2).
@@ -66,22 +73,27 @@ struct TileOrder {
       per_section = per_section < 1 ? 1 : (per_section > pairs ? pairs : per_section);
     }
     const int64_t sections = (pairs + per_section - 1) / per_section;
-    return {num_blocks, heads, batch, int(pairs / sections), int(pairs % sections),
-            num_blocks * heads * batch, longest};
+    const int pairs_per_section = int(pairs / sections), wide = int(pairs % sections);
+    // A wide section's tiles are at most the grid's, so their count fits an int where one exists;
+    // without wide sections it is never divided by (and one section of every pair could overflow it).
+    const int wide_section_tile_count = wide > 0 ? (pairs_per_section + 1) * num_blocks : 1;
+    return {num_blocks, heads, batch, pairs_per_section, wide, num_blocks * heads * batch, longest,
+            wide * wide_section_tile_count, FastDivisor(wide_section_tile_count),
+            FastDivisor(pairs_per_section * num_blocks), FastDivisor(pairs_per_section + 1),
+            FastDivisor(pairs_per_section), FastDivisor(heads)};
   }
 
   HOPATTN_HOST_DEVICE PairBlock coord(int tile) const {
     // The wide sections first, then the others: find the tile's section, its first pair and size.
-    const int wide_tiles = wide_sections * (section_pairs + 1) * num_blocks;
     const bool wide = tile < wide_tiles;
     const int pairs = wide ? section_pairs + 1 : section_pairs;
     const int from = wide ? tile : tile - wide_tiles;
-    const int section = from / (pairs * num_blocks);
+    int section, in_section, rank, pair_in_section, batch_index, head;
+    (wide ? wide_section_tiles : section_tiles).divmod(from, section, in_section);
+    (wide ? wide_section_pairs : section_pairs_divisor).divmod(in_section, rank, pair_in_section);
     const int first_pair = wide ? section * pairs : wide_sections * (section_pairs + 1) + section * pairs;
-    const int in_section = from - section * pairs * num_blocks;
-    const int rank = in_section / pairs;
-    const int pair = first_pair + in_section % pairs;
-    return {longest == LongestBlock::kLast ? num_blocks - 1 - rank : rank, pair % heads, pair / heads};
+    heads_divisor.divmod(first_pair + pair_in_section, batch_index, head);
+    return {longest == LongestBlock::kLast ? num_blocks - 1 - rank : rank, head, batch_index};
   }
 };
 
