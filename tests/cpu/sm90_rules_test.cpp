@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "api/abi.hpp"
 #include "api/validate.hpp"
@@ -230,17 +231,32 @@ TEST(Sm90RegisterSplit, StaysWithinTheLaunchAllocation) {
 }
 
 // Which problems head_dim 64 runs on its short tile (tile_size.hpp): the measured winners (causal
-// 512 and 1k) and tiny ones; the measured losers (causal 2k, non-causal 512 and 1k) and long ones
-// keep the long tile.
+// 512 and 1k; 16-bit also non-causal 512 and 1k) and tiny ones; the measured losers (causal 2k, FP8
+// non-causal 512 and 1k) and long ones keep the long tile.
 TEST(Sm90TileChoice, ShortTileWhereTheLongOneWastesMost) {
-  using Long = sm90::TileSize<64, 2>;
-  using Short = sm90::ShortTileSize<64, 2>;
-  static_assert(Short::kExists && !sm90::ShortTileSize<128, 2>::kExists);
-  auto prefers = [](bool causal, int64_t seqlen) { return sm90::prefer_short_tile<Long, Short>(causal, seqlen, seqlen); };
-  for (int64_t seqlen : {1, 100, 512, 1000, 1024}) EXPECT_TRUE(prefers(true, seqlen)) << seqlen;
-  for (int64_t seqlen : {2048, 4096, 8192, 16384, 16385, 1 << 20}) EXPECT_FALSE(prefers(true, seqlen)) << seqlen;
-  for (int64_t seqlen : {1, 100}) EXPECT_TRUE(prefers(false, seqlen)) << seqlen;
-  for (int64_t seqlen : {512, 1000, 1024, 2048, 8192}) EXPECT_FALSE(prefers(false, seqlen)) << seqlen;
+  static_assert(sm90::ShortTileSize<64, 2>::kExists && sm90::ShortTileSize<64, 1>::kExists &&
+                !sm90::ShortTileSize<128, 2>::kExists);
+  auto prefers = [](auto element_bytes, bool causal, int64_t seqlen) {
+    constexpr int kBytes = decltype(element_bytes)::value;
+    return sm90::prefer_short_tile<sm90::TileSize<64, kBytes>, sm90::ShortTileSize<64, kBytes>>(causal, seqlen, seqlen);
+  };
+  const std::integral_constant<int, 2> bits16;
+  const std::integral_constant<int, 1> fp8;
+  for (int64_t seqlen : {1, 100, 512, 1000, 1024}) {
+    EXPECT_TRUE(prefers(bits16, true, seqlen)) << seqlen;
+    EXPECT_TRUE(prefers(fp8, true, seqlen)) << seqlen;
+    EXPECT_TRUE(prefers(bits16, false, seqlen)) << seqlen;
+  }
+  for (int64_t seqlen : {2048, 4096, 8192, 16384, 16385, 1 << 20}) {
+    EXPECT_FALSE(prefers(bits16, true, seqlen)) << seqlen;
+    EXPECT_FALSE(prefers(fp8, true, seqlen)) << seqlen;
+  }
+  for (int64_t seqlen : {1, 100}) EXPECT_TRUE(prefers(fp8, false, seqlen)) << seqlen;
+  for (int64_t seqlen : {512, 1000, 1024}) EXPECT_FALSE(prefers(fp8, false, seqlen)) << seqlen;
+  for (int64_t seqlen : {2048, 8192}) {
+    EXPECT_FALSE(prefers(bits16, false, seqlen)) << seqlen;
+    EXPECT_FALSE(prefers(fp8, false, seqlen)) << seqlen;
+  }
 }
 
 }  // namespace

@@ -42,7 +42,7 @@
 // sequence lengths, and its causal diagonal blocks are half masked. At 512 tokens, causal, the
 // 192 x 128 tile computes 1.35x the cells 128 x 128 does, at 1k 1.33x, at 2k 1.11x, at 8k 1.03x;
 // non-causal 1.125x up to 1k. Where that waste outweighs the longer tile's advantage per computed cell
-// (kLongTileAdvantage), the launch takes the short one (prefer_short_tile).
+// (ShortTileSize's kLongTileAdvantage), the launch takes the short one (prefer_short_tile).
 #pragma once
 
 #include <cstdint>
@@ -93,18 +93,23 @@ template <int kHeadDim, int kElementBytes>
 struct ShortTileSize {
   static constexpr bool kExists = false;
 };
+// kLongTileAdvantage: computed cells per unit of time, the long tile over the short one, calibrated
+// by A/Bs of both tiles (performance log, "The short tile's threshold, calibrated", and 2026-12-05
+// eighth). Any value between the waste ratios where the short tile won and where it lost holds
+// every measured choice:
+// - 16-bit: it won where the long tile computes 1.33-1.35x its cells (causal 512 and 1k: +15-18%)
+//   and, since its epilogue stores per warp, at 1.125x (non-causal 512: +3.3%; 1k even); it lost at
+//   1.11x (causal 2k: -4%);
+// - FP8: it won at 1.33x (causal 1k: +9%) and lost at 1.11-1.125x (causal 2k: -9%; non-causal 1k:
+//   -15%).
+// Always taking the short tile lost 15-20% (16-bit) and 20-30% (FP8) at 8k.
 template <int kElementBytes>
 struct ShortTileSize<64, kElementBytes> {
   static constexpr bool kExists = true;
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+  static constexpr double kLongTileAdvantage = kElementBytes == 2 ? 1.12 : 1.25;
 };
 
-// Computed cells per unit of time, the long tile over the short one, calibrated by an A/B of both
-// tiles (performance log, "The short tile's threshold, calibrated"): the short tile won where the
-// long one computes 1.33-1.35x its cells (causal 512 and 1k: +15-18% 16-bit, +9% FP8 at 1k) and lost
-// at 1.11-1.125x (causal 2k: -4% / -9%; non-causal 512 and 1k: -1-4% / -15% at 1k). Any value between
-// holds every measured choice; always taking the short tile lost 15-20% (16-bit) and 20-30% (FP8) at 8k.
-constexpr double kLongTileAdvantage = 1.25;
 // Past this many query rows the long tile wastes under 3% anyway; the host loop stays short.
 constexpr int64_t kShortTileMaxRows = 16384;
 
@@ -116,7 +121,7 @@ bool prefer_short_tile(bool causal, int64_t seqlen_q, int64_t seqlen_k) {
   const double long_cells = double(computed_score_cells(causal, seqlen_q, seqlen_k, Long::kBlockM, Long::kBlockN));
   const double short_cells =
       double(computed_score_cells(causal, seqlen_q, seqlen_k, Short::kBlockM, Short::kBlockN));
-  return long_cells > kLongTileAdvantage * short_cells;
+  return long_cells > Short::kLongTileAdvantage * short_cells;
 }
 
 }  // namespace hopattn::sm90
