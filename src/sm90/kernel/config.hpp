@@ -111,6 +111,15 @@ struct ForwardConfig {
       decltype(tile_to_shape(KMajorAtom<Element, kBlockN>{}, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{})),
       decltype(composition(SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
                                                                Step<_2, _1, _3>{})))>;
+  // Pingpong: the consumer warpgroups take turns to issue their GEMMs (named barriers), so that one
+  // warpgroup's softmax runs under the other's GEMMs. Past head_dim 128 the GEMMs are long enough
+  // to hide the softmax without it (FlashAttention-3 makes the same choice). Nor for FP8, unlike
+  // FlashAttention-3: its warpgroups wait for their turns (Nsight Compute at head_dim 128: 3% of
+  // the key loop's stall samples on the turn's barrier, 10% once the loop was cut by 8%, which then
+  // ran slower), and without the turns it ran 1.00-1.04x at head_dim 128, 1.00-1.02x at 64
+  // (performance log, "No pingpong for FP8").
+  static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && kHeadDim <= 128 && !kFp8;
+
   // Without kOwnOutputBuffer (below) the epilogue stages O in the buffer P.V reads (V's, or V^T's
   // where the kernel transposes V), not Q's: the next tile's Q and K (and V in rows, for the
   // transpose) then load while this tile's O is stored, and only what writes that buffer next
@@ -122,9 +131,10 @@ struct ForwardConfig {
   // that finishes its tile first, half a step ahead under the turns, starts the next tile while the
   // other stores, and the tensor cores get its first S where both used to wait for each other
   // (head_dim 128 +4-8% at 512-2k and +3-4% at causal 8k on an H100; performance log, 2026-12-05
-  // seventh and eighth). Not with three warpgroups (head_dim 64's 192-row tile: +3.5% at 512, but
-  // 3-4% lost at 1k-8k) nor for FP8, whose warpgroups do not take turns (O's own buffer lost 6-9% at
-  // head_dim 128 1k-2k, per-warp stores in V^T's buffer 5-8%). Each warp waits for its own store
+  // seventh and eighth). Not with three warpgroups (head_dim 64's 192-row tile: +3.5% at 512, up to
+  // 3% lost at 8k; per-warp stores in V's buffer lost 3-4.5%) nor for FP8, whose warpgroups do not
+  // take turns (O's own buffer lost 6-9% at head_dim 128 1k-2k, per-warp stores in V^T's buffer
+  // 5-8%). Each warp waits for its own store
   // before staging its next rows, a tile later. The sum counts Q, K, V (and V^T's own buffer where
   // the kernel transposes V) and O, and 3 KB for the barriers and the 1 KB alignment (2-3 KB in
   // every configuration); the kernel's static_assert holds the exact sum.
@@ -132,7 +142,7 @@ struct ForwardConfig {
                                      (kTransposeV ? 2 : 1) * int(kStages * kBlockN * kHeadDim * sizeof(Element)) +
                                      kPvOperandInputElements * int(sizeof(Element));
   static constexpr bool kOwnOutputBuffer =
-      !kFp8 && kNumConsumerWarpgroups == 2 && kInputBytes + kOutputBytes + 3 * 1024 <= 227 * 1024;
+      kPingpong && kNumConsumerWarpgroups == 2 && kInputBytes + kOutputBytes + 3 * 1024 <= 227 * 1024;
   static constexpr int kPvOperandElements =
       kOwnOutputBuffer ? kPvOperandInputElements
                        : cute::max(kPvOperandInputElements, kOutputBytes / int(sizeof(Element)));
@@ -158,15 +168,6 @@ struct ForwardConfig {
 
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
-
-  // Pingpong: the consumer warpgroups take turns to issue their GEMMs (named barriers), so that one
-  // warpgroup's softmax runs under the other's GEMMs. Past head_dim 128 the GEMMs are long enough
-  // to hide the softmax without it (FlashAttention-3 makes the same choice). Nor for FP8, unlike
-  // FlashAttention-3: its warpgroups wait for their turns (Nsight Compute at head_dim 128: 3% of
-  // the key loop's stall samples on the turn's barrier, 10% once the loop was cut by 8%, which then
-  // ran slower), and without the turns it ran 1.00-1.04x at head_dim 128, 1.00-1.02x at 64
-  // (performance log, "No pingpong for FP8").
-  static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && kHeadDim <= 128 && !kFp8;
 };
 
 }  // namespace hopattn::sm90

@@ -117,7 +117,7 @@ struct ForwardEpilogue {
                                                   group_modes<0, 2>(sOSlab), group_modes<0, 2>(gO));
         copy(params.tma_store_o, tOsO_tma, tOgO_tma);
         tma_store_arrive();
-        // In V's buffer, O must be read before the next tile's V loads: wait here.
+        // In V's (or V^T's) buffer, O must be read before the next tile's V loads: wait here.
         if constexpr (!kPerWarp) tma_store_wait<0>();
       }
     } else {

@@ -1,5 +1,5 @@
 // The forward kernel, composed from a mainloop, an epilogue and a tile scheduler, each owning its
-// parameters (and, for the mainloop, the shared storage the epilogue reuses). Persistent: one CTA
+// parameters (and, for the mainloop, the shared storage the epilogue stages O in). Persistent: one CTA
 // per SM walks its share of the tiles. Warp-specialised: one producer warp (of a warpgroup that
 // gives most of its registers away) loads, kNumConsumerWarpgroups WGMMA warpgroups compute; for
 // FP8 inputs with V in rows the producer warpgroup's other three warps transpose V between the two.

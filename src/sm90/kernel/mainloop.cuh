@@ -2,7 +2,7 @@
 // streams its K and V blocks into a kStages-deep shared-memory ring with TMA; the consumer
 // warpgroups compute S = Q K^T, the online softmax and O += P V per key block. It owns its
 // arguments (the problem), its kernel parameters (TMA descriptors, sequence layout, scale) and its
-// shared storage (Q, K, V and their barriers).
+// shared storage (Q, K, V, their barriers, and O's own buffer where Config::kOwnOutputBuffer).
 //
 // Overlap, as in FlashAttention-3: inside a warpgroup, S of block n is issued together with P V of
 // block n + 1, so the softmax of block n runs while the tensor cores do P V; across warpgroups

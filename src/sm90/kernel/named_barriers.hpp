@@ -10,11 +10,11 @@ enum class ForwardBarrier : uint32_t {
   // Consumers -> producer warp: the tile no longer reads Q's buffer (every Q K^T retired, or with
   // Q in registers, the first), so the next tile's Q may load.
   kQueryEmpty = 0,
-  // Among consumers, where O is staged in V's buffer (not Config::kOwnOutputBuffer): every P V of
-  // the tile has retired, so O may overwrite it.
+  // Among consumers, where O is staged in V's (or V^T's) buffer (not Config::kOwnOutputBuffer):
+  // every P V of the tile has retired, so O may overwrite it.
   kOutputBufferFree = 1,
-  // Among consumers, where O is staged in V's buffer: O is in shared memory and visible to the TMA
-  // engine.
+  // Among consumers, where O is staged in V's (or V^T's) buffer: O is in shared memory and visible
+  // to the TMA engine.
   kOutputStaged = 2,
   // Pingpong: consumer warpgroup w issues its GEMMs after kWarpgroupTurn + w completes.
   kWarpgroupTurn = 3,  // ids 3, 4, 5 for up to three consumer warpgroups
