@@ -16,8 +16,8 @@
 //
 // Two consumer warpgroups at 16-bit up to head_dim 128 also hold their Q rows (64 x head_dim / 256:
 // 16-32 registers; config.hpp's kQInRegisters), and in shared memory O in a buffer of its own
-// (config.hpp's kOwnOutputBuffer: head_dim 96 and 128 then take 147 and 195 KB, the short tile
-// below 99 KB); elsewhere O is staged in V's buffer.
+// (config.hpp's kOwnOutputBuffer: head_dim 96 and 128 then take 147 and 195 KB, head_dim 64's short
+// tile below 99 KB); elsewhere O is staged in V's buffer.
 //
 // head_dim 64 has the least GEMM work per score, so it takes three consumer warpgroups (kBlockM 192)
 // to keep more softmax in flight; its registers fit the smaller per-thread budget of three.
@@ -40,11 +40,12 @@
 // 128 x 128 ran 8-12% faster than 128 x 96 (performance log, FP8 f7).
 //
 // head_dim 64, 16-bit and FP8, has a second, shorter tile (ShortTileSize: 128 x 128, two consumer
-// warpgroups, in pingpong at 16-bit) for the problems where 192 rows waste most: 192 does not divide the usual
-// sequence lengths, and its causal diagonal blocks are half masked. At 512 tokens, causal, the
-// 192 x 128 tile computes 1.35x the cells 128 x 128 does, at 1k 1.33x, at 2k 1.11x, at 8k 1.03x;
-// non-causal 1.125x up to 1k. Where that waste outweighs the longer tile's advantage per computed cell
-// (ShortTileSize's kLongTileAdvantage), the launch takes the short one (prefer_short_tile).
+// warpgroups, in pingpong at 16-bit) for the problems where 192 rows waste most: 192 does not
+// divide the usual sequence lengths, and its causal diagonal blocks are half masked. At 512 tokens,
+// causal, the 192 x 128 tile computes 1.35x the cells 128 x 128 does, at 1k 1.33x, at 2k 1.11x, at
+// 8k 1.03x; non-causal 1.125x up to 1k. Where that waste outweighs the longer tile's advantage per
+// computed cell (ShortTileSize's kLongTileAdvantage), the launch takes the short one
+// (prefer_short_tile).
 #pragma once
 
 #include <cstdint>
