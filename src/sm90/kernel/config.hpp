@@ -130,14 +130,14 @@ struct ForwardConfig {
   // tile, 96, 128): each warp then stages and stores its rows alone (kStoreRows), so the warpgroup
   // that finishes its tile first, half a step ahead under the turns, starts the next tile while the
   // other stores, and the tensor cores get its first S where both used to wait for each other
-  // (head_dim 128 +4-8% at 512-2k and +3-4% at causal 8k on an H100; performance log, 2026-12-05
-  // seventh and eighth). Not with three warpgroups (head_dim 64's 192-row tile: +3.5% at 512, up to
-  // 3% lost at 8k; per-warp stores in V's buffer lost 3-4.5%) nor for FP8, whose warpgroups do not
-  // take turns (O's own buffer lost 6-9% at head_dim 128 1k-2k, per-warp stores in V^T's buffer
-  // 5-8%). Each warp waits for its own store
-  // before staging its next rows, a tile later. The sum counts Q, K, V (and V^T's own buffer where
-  // the kernel transposes V) and O, and 3 KB for the barriers and the 1 KB alignment (2-3 KB in
-  // every configuration); the kernel's static_assert holds the exact sum.
+  // (head_dim 128 on an H100, with the tile divisors: +4.5-8.4% at 512 and 1k, +2-8% at 2k, +1-6% at
+  // 8k; performance log, 2026-12-05 seventh and eighth). Not with three warpgroups (head_dim 64's
+  // 192-row tile: +3.5% at 512, up to 3% lost at 8k; per-warp stores in V's buffer lost 3-4.5%) nor
+  // for FP8, whose warpgroups do not take turns (O's own buffer lost 6-9% at head_dim 128 1k-2k,
+  // per-warp stores in V^T's buffer 5-8%). Each warp waits for its own store before staging its
+  // next rows, a tile later. The sum counts Q, K, V (and V^T's own buffer where the kernel
+  // transposes V) and O, and 3 KB for the barriers and the 1 KB alignment (2-3 KB in every
+  // configuration); the kernel's static_assert holds the exact sum.
   static constexpr int kInputBytes = int(kBlockM * kHeadDim * sizeof(Element)) +
                                      (kTransposeV ? 2 : 1) * int(kStages * kBlockN * kHeadDim * sizeof(Element)) +
                                      kPvOperandInputElements * int(sizeof(Element));

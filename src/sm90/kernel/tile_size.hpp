@@ -17,7 +17,7 @@
 // Two consumer warpgroups at 16-bit up to head_dim 128 also hold their Q rows (64 x head_dim / 256:
 // 16-32 registers; config.hpp's kQInRegisters), and in shared memory O in a buffer of its own
 // (config.hpp's kOwnOutputBuffer: head_dim 96 and 128 then take 147 and 195 KB, head_dim 64's short
-// tile below 99 KB); elsewhere O is staged in V's buffer.
+// tile 99 KB); elsewhere O is staged in V's buffer.
 //
 // head_dim 64 has the least GEMM work per score, so it takes three consumer warpgroups (kBlockM 192)
 // to keep more softmax in flight; its registers fit the smaller per-thread budget of three.
