@@ -82,12 +82,6 @@ struct BackwardMainloop {
   static constexpr int kNumMmaThreads = Config::kNumMmaThreads;
   static constexpr int kNumConsumerWarpgroups = Config::kNumConsumerWarpgroups;
   static constexpr bool kSplitHeadDim = Config::kSplitHeadDim;
-  // Past 32 scores per thread (head_dim 64's 128 queries a step, 128's 80) P is rounded for dV only
-  // after dS's stores ("late dV"). At 80 rows P in 16 bits beside S, dP, dK and dV in float32 would
-  // spill (40 bytes); at head_dim 64 it fits, but late dV measured 4-8% faster (performance log,
-  // 2026-12-05 second session: bdsev against bds).
-  static constexpr int kScoresPerThread = kBlockN * kBlockM / kNumMmaThreads;
-  static constexpr bool kLatedV = !kSplitHeadDim && kScoresPerThread > 32;
   using Work = KeyBlockWork<kBlockM, kBlockN, kCausal>;
 
   struct SharedStorage {
@@ -316,28 +310,20 @@ struct BackwardMainloop {
         for (int r = 0; r < size<0>(s); ++r) s(r, col) = exp2f(s(r, col) * scale_log2 - row_lse);
       }
 
-      // dV += P^T dO goes in before dP's wait: the product reads P, so ptxas must keep the
-      // exponentials above it, under dP's product (it otherwise sinks them below the wait), and
-      // dS's arithmetic runs under dV's. With kSplitHeadDim, dV reads P^T from shared memory, once
-      // both warpgroups stored theirs (a barrier of its own, before dS's). With kLatedV it goes in
-      // after dS's stores instead (below).
+      // dV += P^T dO. With kSplitHeadDim it reads P^T from shared memory, once both warpgroups
+      // stored theirs (a barrier of its own, before dS's), and goes in before dP's wait. Otherwise it
+      // reads P from registers and goes in only after dS's stores ("late dV", below): issued before
+      // dP's wait, it kept every exponential above the wait, in one stream on the MIO queue, and
+      // ran 1-5% slower at head_dim 128 causal (64 queries a step) and 4-8% at head_dim 64; at
+      // head_dim 128's 80 queries P in 16 bits beside S, dP, dK and dV would spill (performance
+      // log, 2026-12-05 second and ninth sessions).
       const int buffer = step % Config::kdSBuffers;
-      auto issue_dv_from_registers = [&]() CUTLASS_LAMBDA_FUNC_INLINE {
-        if constexpr (!kSplitHeadDim) {  // TiledMmadKV is rs
-          Tensor p = convert_fragment<Element>(scores);
-          warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
-                                       tdVrdOt(_, _, _, stage), dv);
-        }
-      };
       if constexpr (kSplitHeadDim) {
         Tensor p = convert_fragment<Element>(scores);
         p_stores.store(thread_ds_copy.retile_S(p), buffer);
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
         barrier_sync(kNumMmaThreads, BackwardBarrier::kPReady);
         warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
-        warpgroup_wait<1>();
-      } else if constexpr (!kLatedV) {
-        issue_dv_from_registers();
         warpgroup_wait<1>();
       } else {
         warpgroup_wait<0>();
@@ -358,7 +344,11 @@ struct BackwardMainloop {
       ds_stores.store(thread_ds_copy.retile_S(ds), buffer);
       // The stores are volatile and stay before this product, so dS's arithmetic is done by then
       // (as ptxas schedules it): dP is dead, and S (P in float32) dies as P is rounded.
-      if constexpr (kLatedV) issue_dv_from_registers();
+      if constexpr (!kSplitHeadDim) {  // TiledMmadKV is rs
+        Tensor p = convert_fragment<Element>(scores);
+        warpgroup_gemm<false, false>(mma_dkv, make_tensor(p.data(), accumulator_as_operand_a(p.layout())),
+                                     tdVrdOt(_, _, _, stage), dv);
+      }
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
 

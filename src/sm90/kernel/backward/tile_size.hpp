@@ -19,12 +19,12 @@
 //   256        64 x  64          1        64 + 64 + 16 + 16      2 x 32    64 + 64 + 32 + 64 = 224 KB
 //
 // At head_dim 64 a step takes 128 queries (FA3's tile): every product is twice as wide as at 64,
-// and dQ splits by query rows (config.hpp's kdQSplitRows). P is rounded for dV only after dS (the
-// mainloop's kLatedV says why).
+// and dQ splits by query rows (config.hpp's kdQSplitRows).
 // At head_dim 128 without the mask a step takes 80 queries (FA3's tile): a quarter more rows per
 // step's fixed costs (the handshakes, the waits, dQ's reduce). 80 cannot be WGMMA's M, so dQ is
-// computed transposed (config.hpp's kdQTransposed), and P is rounded after dS as at head_dim 64.
-// With the causal mask the step keeps 64 rows, as FA3's does.
+// computed transposed (config.hpp's kdQTransposed). With the causal mask the step keeps 64 rows,
+// as FA3's does.
+// Up to head_dim 128, P is rounded for dV only after dS's stores (the mainloop's "late dV" says why).
 // head_dim 256 has room for one stage of Q and dO only: the next step's loads wait for this
 // step's products to release them. Past head_dim 128, dQ takes two passes of half the columns,
 // one after the other: with all of a warpgroup's dQ live beside dK and dV, ptxas spills dK and
