@@ -311,12 +311,13 @@ struct BackwardMainloop {
       }
 
       // dV += P^T dO. With kSplitHeadDim it reads P^T from shared memory, once both warpgroups
-      // stored theirs (a barrier of its own, before dS's), and goes in before dP's wait. Otherwise it
+      // stored theirs (a barrier of its own, before dS's), and goes in before dP's wait, so the
+      // tensor cores have it while dS is formed (the late order is untried there). Otherwise it
       // reads P from registers and goes in only after dS's stores ("late dV", below): issued before
       // dP's wait, it kept every exponential above the wait, in one stream on the MIO queue, and
-      // ran 1-5% slower at head_dim 128 causal (64 queries a step) and 4-8% at head_dim 64; at
-      // head_dim 128's 80 queries P in 16 bits beside S, dP, dK and dV would spill (performance
-      // log, 2026-12-05 second and ninth sessions).
+      // ran slower: 1-5% at head_dim 128 causal and up to 9% at head_dim 96 (64 queries a step,
+      // H100), 3-8% at head_dim 64 (H200); at head_dim 128's 80 queries P in 16 bits beside S, dP,
+      // dK and dV would spill (performance log, 2026-12-05 second and ninth sessions).
       const int buffer = step % Config::kdSBuffers;
       if constexpr (kSplitHeadDim) {
         Tensor p = convert_fragment<Element>(scores);
