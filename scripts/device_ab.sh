@@ -11,12 +11,16 @@
 # benchmark times (forward_fp8_bf16_hdim256,forward_bf16_hdim256,...: generate.py --only), so the
 # default sweep is head_dim 128 (--head-dims for others, with their kernels).
 #   usage: scripts/device_ab.sh [--varlen | --fp8 | --backward] [--kernels all | NAME,...]
-#          [--head-dims "128"] [--seqlens "1024 2048 8192 16384"] [--no-fa3] NAME=EDIT ...
+#          [--head-dims "128"] [--seqlens "1024 2048 8192 16384"] [--rounds N] [--rep-ms MS]
+#          [--no-fa3] NAME=EDIT ...
 #      or: scripts/device_ab.sh [...] --prebuilt DIR NAME ...
 # --prebuilt DIR: the libraries were built beforehand (build_variant.sh on another machine, then
 # each .variants/NAME/src/libhopattn.so copied to DIR/NAME.so, the tree's own as DIR/base.so; carry
 # DIR): nothing is built here but FA3. --no-fa3: nor FA3, for an A/B read as ratios to the base
 # (the peers' columns then say why they are missing). Together they leave a call its timed run.
+# --rounds N, --rep-ms MS: passed to the benchmark (bench_common.py's defaults: 5 rounds); where a
+# same-code control moves by several percent in one run (an H100, 2026-12-05 ninth: ±5%), more
+# rounds interleave the builds more finely in the same time.
 #   (carry .deps and .peers; the JSON and tables in $OUT, the build logs in $OUT/logs_ab.tar.gz:
 #   the device returns a few files per call)
 set -uo pipefail
@@ -26,7 +30,7 @@ L=$(mktemp -d)/logs
 mkdir -p "$R" "$L"
 trap 'tar czf "$R/logs_ab${features:+_$features}.tar.gz" -C "$(dirname "$L")" logs' EXIT
 varlen=0 fp8=0 backward=0 kernels=representative head_dims=128 seqlens="1024 2048 8192 16384"
-prebuilt="" fa3=1
+prebuilt="" fa3=1 timing=()
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --varlen) varlen=1; shift ;;
@@ -37,6 +41,7 @@ while [[ $# -gt 0 && $1 == --* ]]; do
     --seqlens) seqlens=$2; shift 2 ;;
     --prebuilt) prebuilt=$(realpath "$2"); shift 2 ;;
     --no-fa3) fa3=0; shift ;;
+    --rounds | --rep-ms) timing+=("$1" "$2"); shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -105,19 +110,19 @@ if ((fp8)); then
   # shellcheck disable=SC2086
   PYTHONPATH=$PYTHONPATH:/tmp/cudnn-frontend LD_LIBRARY_PATH=${cudnn_lib:-}:${LD_LIBRARY_PATH:-} \
     timeout 400 python3 -u bench/bench_fp8.py --json "$R/ab_fp8.json" --head-dims $head_dims --seqlens $seqlens \
-    --commit "$commit" "${variants[@]}" 2>"$L/ab_fp8_progress.log" | tee "$R/ab_fp8.txt"
+    --commit "$commit" "${timing[@]}" "${variants[@]}" 2>"$L/ab_fp8_progress.log" | tee "$R/ab_fp8.txt"
   exit
 fi
 if ((backward)); then
   # shellcheck disable=SC2086
   timeout 400 python3 -u bench/bench_backward.py --json "$R/ab_backward.json" --head-dims $head_dims --seqlens $seqlens \
-    --commit "$commit" "${variants[@]}" 2>"$L/ab_backward_progress.log" | tee "$R/ab_backward.txt"
+    --commit "$commit" "${timing[@]}" "${variants[@]}" 2>"$L/ab_backward_progress.log" | tee "$R/ab_backward.txt"
   exit
 fi
 # shellcheck disable=SC2086
 timeout 300 python3 -u bench/bench_forward.py --json "$R/ab_forward.json" --head-dims $head_dims --seqlens $seqlens \
-  --no-ablation --commit "$commit" "${variants[@]}" 2>"$L/ab_forward_progress.log" | tee "$R/ab_forward.txt"
+  --no-ablation --commit "$commit" "${timing[@]}" "${variants[@]}" 2>"$L/ab_forward_progress.log" | tee "$R/ab_forward.txt"
 if ((varlen)); then
-  timeout 200 python3 -u bench/bench_varlen.py --json "$R/ab_varlen.json" --commit "$commit" "${variants[@]}" \
+  timeout 200 python3 -u bench/bench_varlen.py --json "$R/ab_varlen.json" --commit "$commit" "${timing[@]}" "${variants[@]}" \
     2>"$L/ab_varlen_progress.log" | tee "$R/ab_varlen.txt"
 fi
