@@ -8,15 +8,13 @@
 namespace hopattn::sm90 {
 
 enum class BackwardBarrier : uint32_t {
-  // Among consumers, once per step: this step's dS (and P) is in shared memory (visible to WGMMA),
-  // and every warpgroup's products of the step before last, which read the other buffer, retired.
+  // Among consumers, once per step: this step's dS (and with kSplitHeadDim P^T) is in shared memory
+  // (visible to WGMMA), and every warpgroup's products of the step before last, which read the
+  // other buffer, retired.
   kdSReady = 0,
   // Among consumers, in the epilogue: every dK / dV product (which read Q and dO) retired, so the
   // Q and dO buffers may stage dK and dV; then: the staged rows are in shared memory.
   kdKVStaging = 1,
-  // Among consumers, once per step with kSplitHeadDim: this step's P^T is in shared memory (its
-  // buffer's readers two steps back retired before kdSReady of the step between).
-  kPReady = 2,
 };
 // The dQ handoff between the consumer warpgroups and the thread that reduces dQ into global memory
 // goes through mbarriers (BackwardMainloop::SharedStorage::dq_full / dq_empty), not named barriers.

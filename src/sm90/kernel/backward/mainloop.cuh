@@ -310,25 +310,18 @@ struct BackwardMainloop {
         for (int r = 0; r < size<0>(s); ++r) s(r, col) = exp2f(s(r, col) * scale_log2 - row_lse);
       }
 
-      // dV += P^T dO. With kSplitHeadDim it reads P^T from shared memory, once both warpgroups
-      // stored theirs (a barrier of its own, before dS's), and goes in before dP's wait, so the
-      // tensor cores have it while dS is formed (the late order is untried there). Otherwise it
-      // reads P from registers and goes in only after dS's stores ("late dV", below): issued before
-      // dP's wait, it kept every exponential above the wait, in one stream on the MIO queue, and
-      // ran slower: 1-5% at head_dim 128 causal and up to 9% at head_dim 96 (64 queries a step,
-      // H100), 3-8% at head_dim 64 (H200); at head_dim 128's 80 queries P in 16 bits beside S, dP,
-      // dK and dV would spill (performance log, 2026-12-05 second and ninth sessions).
+      // dV += P^T dO goes in only after dS's stores ("late dV", below). Issued before dP's wait, it
+      // kept every exponential above the wait, in one stream on the MIO queue, and ran slower: 1-5%
+      // at head_dim 128 causal and up to 9% at head_dim 96 (64 queries a step, H100), 3-8% at
+      // head_dim 64 (H200); at head_dim 128's 80 queries P in 16 bits beside S, dP, dK and dV would
+      // spill (performance log, 2026-12-05 second and ninth sessions). With kSplitHeadDim it reads
+      // P^T from shared memory, stored here and published by dS's barrier.
       const int buffer = step % Config::kdSBuffers;
       if constexpr (kSplitHeadDim) {
         Tensor p = convert_fragment<Element>(scores);
         p_stores.store(thread_ds_copy.retile_S(p), buffer);
-        cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
-        barrier_sync(kNumMmaThreads, BackwardBarrier::kPReady);
-        warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
-        warpgroup_wait<1>();
-      } else {
-        warpgroup_wait<0>();
       }
+      warpgroup_wait<0>();
       warpgroup_fence_operand(dp);
 
       // dS = P * (dP - D), from P before its rounding to the element type.
@@ -352,6 +345,9 @@ struct BackwardMainloop {
       }
       cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by WGMMA
       barrier_sync(kNumMmaThreads, BackwardBarrier::kdSReady);
+      if constexpr (kSplitHeadDim) {
+        warpgroup_gemm<false, false>(mma_dkv, tdVrPt(_, _, _, buffer), tdVrdOt(_, _, _, stage), dv);
+      }
 
       // Q is free once dK retired. With one Q/dO stage (head_dim 256) the next step's load waits
       // for it, so it goes before dQ's second pass rather than after it (there, +40% backward time).

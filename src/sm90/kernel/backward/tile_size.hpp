@@ -24,7 +24,7 @@
 // step's fixed costs (the handshakes, the waits, dQ's reduce). 80 cannot be WGMMA's M, so dQ is
 // computed transposed (config.hpp's kdQTransposed). With the causal mask the step keeps 64 rows,
 // as FA3's does.
-// Up to head_dim 128, P is rounded for dV only after dS's stores (the mainloop's "late dV" says why).
+// dV's product goes in only after dS's stores (the mainloop's "late dV" says why).
 // head_dim 256 has room for one stage of Q and dO only: the next step's loads wait for this
 // step's products to release them. Past head_dim 128, dQ takes two passes of half the columns,
 // one after the other: with all of a warpgroup's dQ live beside dK and dV, ptxas spills dK and
