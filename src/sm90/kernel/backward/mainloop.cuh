@@ -315,7 +315,8 @@ struct BackwardMainloop {
       // at head_dim 128 causal and up to 9% at head_dim 96 (64 queries a step, H100), 3-8% at
       // head_dim 64 (H200); at head_dim 128's 80 queries P in 16 bits beside S, dP, dK and dV would
       // spill (performance log, 2026-12-05 second and ninth sessions). With kSplitHeadDim it reads
-      // P^T from shared memory, stored here and published by dS's barrier.
+      // P^T from shared memory, stored here and published by dS's barrier; there the late order
+      // measured as the early one did (tenth session), and is kept so that the loop has one order.
       const int buffer = step % Config::kdSBuffers;
       if constexpr (kSplitHeadDim) {
         Tensor p = convert_fragment<Element>(scores);
