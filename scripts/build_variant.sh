@@ -28,4 +28,11 @@ cmake --build "$build" -j "${JOBS:-6}" --target hopattn >"$build/build.log" 2>&1
   { grep -E "error" "$build/build.log" | head -20; exit 1; }
 echo "ptxas (spills / stack per kernel):"
 { grep "stack frame" "$build/build.log" || true; } | sort | uniq -c
+# C7511: ptxas serialised a kernel's WGMMAs (a wait after each one), which only a GPU run would
+# otherwise show, as a large loss (performance log, 2026-12-05 eleventh).
+if grep -q "C7511" "$build/build.log"; then
+  echo "build_variant.sh: ptxas serialised the WGMMAs of:" >&2
+  grep "C7511" "$build/build.log" | grep -o "function '[^']*'" | sort -u >&2
+  exit 1
+fi
 ls "$build/src/libhopattn.so"
