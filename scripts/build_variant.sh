@@ -33,6 +33,7 @@ echo "ptxas (spills / stack per kernel):"
 if grep -q "C7511" "$build/build.log"; then
   echo "build_variant.sh: ptxas serialised the WGMMAs of:" >&2
   grep "C7511" "$build/build.log" | grep -o "function '[^']*'" | sort -u >&2
+  rm -f "$build"/src/libhopattn.so*  # failed, as a build that did not compile: no library
   exit 1
 fi
 ls "$build/src/libhopattn.so"
