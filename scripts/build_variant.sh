@@ -28,14 +28,4 @@ cmake --build "$build" -j "${JOBS:-6}" --target hopattn >"$build/build.log" 2>&1
   { grep -E "error" "$build/build.log" | head -20; exit 1; }
 echo "ptxas (spills / stack per kernel):"
 { grep "stack frame" "$build/build.log" || true; } | sort | uniq -c
-# ptxas serialised a kernel's WGMMAs (a wait after each one; C7511 and its sibling codes, one per
-# reason), which only a GPU run would otherwise show, as a large loss (performance log, 2026-12-05
-# eleventh).
-serialised="wgmma.mma_async instructions are serialized"
-if grep -q "$serialised" "$build/build.log"; then
-  echo "build_variant.sh: ptxas serialised the WGMMAs of:" >&2
-  grep "$serialised" "$build/build.log" | grep -o "function '[^']*'" | sort -u >&2
-  rm -f "$build"/src/libhopattn.so*  # failed, as a build that did not compile: no library
-  exit 1
-fi
 ls "$build/src/libhopattn.so"

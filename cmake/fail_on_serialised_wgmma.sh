@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The compiler launcher of the SM90 kernels (src/sm90/CMakeLists.txt): runs the compile it is given
+# and fails it when ptxas says it serialised a kernel's WGMMAs ("wgmma.mma_async instructions are
+# serialized", code C7511 or a sibling, one per reason). ptxas reports that as information and goes
+# on, and the kernel then waits after every WGMMA, a loss that nothing but a GPU run would show
+# (performance log, 2026-12-05 eleventh: an accumulator write in the key loop did it to every FP8
+# kernel).
+#   usage: fail_on_serialised_wgmma.sh COMPILER ARGS...
+set -uo pipefail
+messages=$(mktemp)
+trap 'rm -f "$messages"' EXIT
+"$@" 2>"$messages"
+status=$?
+cat "$messages" >&2
+serialised="wgmma.mma_async instructions are serialized"
+if ((status == 0)) && grep -q "$serialised" "$messages"; then
+  echo "error: ptxas serialised the WGMMAs of $(grep "$serialised" "$messages" | grep -o "function '[^']*'" |
+    sort -u | tr '\n' ' ')(the reason is in its message above); the object is removed" >&2
+  previous=""
+  for argument in "$@"; do  # the object, so that the next build compiles it again
+    [[ $previous == -o ]] && rm -f "$argument"
+    previous=$argument
+  done
+  exit 1
+fi
+exit $status
