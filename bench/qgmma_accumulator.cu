@@ -21,6 +21,7 @@ using namespace cute;
   } while (0)
 
 constexpr int kSteps = 64;
+constexpr int kAPerThread = 64 * 32 / 128;  // A values each thread holds per k-step
 using Fp8 = cutlass::float_e4m3_t;
 
 __global__ void kernel(float const* c_in, Fp8 const* a_in, float* c_out) {
@@ -37,8 +38,9 @@ __global__ void kernel(float const* c_in, Fp8 const* a_in, float* c_out) {
   for (int i = 0; i < size(acc); ++i) acc(i) = c_in[get<0>(cC(i)) * 8 + get<1>(cC(i))];
   Tensor tB = thr.partition_fragment_B(sB);
   Tensor a = thr.partition_fragment_A(make_tensor(make_smem_ptr((Fp8*)nullptr), Shape<_64, _32>{}));
+  static_assert(decltype(size(a))::value == kAPerThread);
   for (int step = 0; step < kSteps; ++step) {
-    for (int i = 0; i < size(a); ++i) a(i) = a_in[(step * 128 + threadIdx.x) * size(a) + i];
+    for (int i = 0; i < size(a); ++i) a(i) = a_in[(step * 128 + threadIdx.x) * kAPerThread + i];
     warpgroup_fence_operand(acc);
     warpgroup_arrive();
     gemm(mma, a, tB, acc);
@@ -51,8 +53,7 @@ __global__ void kernel(float const* c_in, Fp8 const* a_in, float* c_out) {
 
 int main() {
   const int n_c = 64 * 8;
-  // 16 A values per thread per k-step (64 x 32 / 128)
-  const int n_a = kSteps * 128 * 16;
+  const int n_a = kSteps * 128 * kAPerThread;
   float* c_host = new float[n_c];
   Fp8* a_host = new Fp8[n_a];
   uint32_t seed = 12345;

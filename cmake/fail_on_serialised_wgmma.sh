@@ -7,17 +7,19 @@
 # kernel).
 #   usage: fail_on_serialised_wgmma.sh COMPILER ARGS...
 set -uo pipefail
-messages=$(mktemp)
+messages=$(mktemp) || exit 1
 trap 'rm -f "$messages"' EXIT
+# The compile's messages come out once it ends (a kernel's take a minute or two), then are read.
 "$@" 2>"$messages"
 status=$?
 cat "$messages" >&2
 serialised="wgmma.mma_async instructions are serialized"
-if ((status == 0)) && grep -q "$serialised" "$messages"; then
-  echo "error: ptxas serialised the WGMMAs of $(grep "$serialised" "$messages" | grep -o "function '[^']*'" |
+if ((status == 0)) && grep -qF "$serialised" "$messages"; then
+  echo "error: ptxas serialised the WGMMAs of $(grep -F "$serialised" "$messages" | grep -o "function '[^']*'" |
     sort -u | tr '\n' ' ')(the reason is in its message above); the object is removed" >&2
   previous=""
-  for argument in "$@"; do  # the object, so that the next build compiles it again
+  # The object (CMake passes it as `-o FILE`), so that the next build compiles it again.
+  for argument in "$@"; do
     [[ $previous == -o ]] && rm -f "$argument"
     previous=$argument
   done

@@ -350,7 +350,7 @@ std::vector<Fp8Case> fp8_matrix() {
       cases.push_back({HOPATTN_DTYPE_BFLOAT16, head_dim, causal, 300, 77, 2, 2, 1, 0, block, block, head});
       cases.push_back({HOPATTN_DTYPE_FLOAT16, head_dim, causal, 77, 300, 1, 8, 2, 16, block, block, head});
       cases.push_back({HOPATTN_DTYPE_BFLOAT16, head_dim, causal, 1000, 129, 1, 2, 1, 0, head, block, head});
-      // Long key rows (128-256 key blocks): a row sum that loses bits per block drifts with the
+      // Long key rows (171-256 key blocks): a row sum that loses bits per block drifts with the
       // length, which the LSE shows (performance log, 2026-12-05 twelfth: 7e-3 at 32k).
       cases.push_back({HOPATTN_DTYPE_BFLOAT16, head_dim, causal, 128, 32768, 1, 1, 1, 0, block, block, head});
     }
