@@ -119,6 +119,12 @@ STEP_PHASES = [
     ("P V wait", "SoftmaxDone", "OutputDone"),
     ("P conversion, loop", "OutputDone", "next"),
 ]
+# The softmax's two halves, where the build stamps the row maxima (MaximaDone: ours does, the FA3
+# measurement patch does not); reported beside "softmax", not in a step's sum.
+SOFTMAX_HALVES = [
+    ("row maxima", "ScoresDone", "MaximaDone"),
+    ("exponentials, sums", "MaximaDone", "SoftmaxDone"),
+]
 TILE_PHASES = [
     ("Q wait", "TileBegin", "QueryReady"),
     ("first S", "QueryReady", "ScoresDone"),
@@ -142,6 +148,7 @@ def consumer_tiles(stamps):
 
 # The events a complete step has stamped, besides its begin (STEP_PHASES' own, but "next").
 STEP_EVENTS = {event for _, a, b in STEP_PHASES for event in (a, b)} - {"StepBegin", "next"}
+OPTIONAL_STEP_EVENTS = {"MaximaDone"}
 
 
 def step_marks(tile_stamps):
@@ -154,14 +161,16 @@ def step_marks(tile_stamps):
             if steps:
                 steps[-1]["next"] = cycle
             steps.append({"StepBegin": cycle, "block": arg})
-        elif steps and event in STEP_EVENTS:
+        elif steps and event in STEP_EVENTS | OPTIONAL_STEP_EVENTS:
             steps[-1][event] = cycle
     return steps
 
 
 def step_phases(tile_stamps):
-    """[{phase: cycles, 'step': cycles}] of a tile's steps that stamped every point (all but its last)."""
-    return [dict({name: s[b] - s[a] for name, a, b in STEP_PHASES}, step=s["next"] - s["StepBegin"])
+    """[{phase: cycles, 'step': cycles}] of a tile's steps that stamped every point (all but its last),
+    with the softmax's halves where they were stamped."""
+    return [dict({name: s[b] - s[a] for name, a, b in STEP_PHASES + SOFTMAX_HALVES if a in s and b in s},
+                 step=s["next"] - s["StepBegin"])
             for s in step_marks(tile_stamps) if STEP_EVENTS | {"next"} <= s.keys()]
 
 
@@ -230,13 +239,14 @@ def pingpong(record, kernel_tile, flop_per_cycle):
     - the softmax overlap: the share of the warpgroups' softmax cycles (each tile's first softmax
       and every step's) during which another warpgroup of the SM was in its softmax too (ideally
       0: each softmax runs under the others' GEMMs, and two softmaxes share the SM's exponential
-      units);
+      units); and likewise for the steps' exponentials (their second half, from MaximaDone), where
+      the build stamps it;
     - no GEMM outstanding: the share of the CTA's time (first tile's begin to last epilogue's end)
       in which no warpgroup had a GEMM issued and not yet seen retired (gemm_intervals), and those
       cycles per tile: a floor on the tensor cores' idle time, tile boundaries included."""
     pv_cycles = 2 * 64 * kernel_tile["block_n"] * kernel_tile["head_dim"] / flop_per_cycle
     gaps, beyond = [], 0
-    softmax_depths, idle, span, tiles = collections.Counter(), 0, 0, 0
+    softmax_depths, exponential_depths, idle, span, tiles = collections.Counter(), collections.Counter(), 0, 0, 0
     for cta in sorted({cta for cta, role in record if role > 0}):
         # Each warpgroup's tiles, each parsed once: (tile, its tile_marks, its step_marks).
         parsed = {role: [(tile, tile_marks(stamps, None), step_marks(stamps)) for tile, stamps in consumer_tiles(stamps)]
@@ -252,6 +262,7 @@ def pingpong(record, kernel_tile, flop_per_cycle):
         softmax_depths += depth_cycles([(s["ScoresDone"], s["SoftmaxDone"]) for s in steps] +
                                        [(p["ScoresDone"], p["SoftmaxDone"]) for _, p, _ in tiles_parsed
                                         if {"ScoresDone", "SoftmaxDone"} <= p.keys()])
+        exponential_depths += depth_cycles([(s["MaximaDone"], s["SoftmaxDone"]) for s in steps if "MaximaDone" in s])
         gemms = [interval for _, points, marks in tiles_parsed for interval in gemm_intervals(points, marks)]
         # The CTA's span: its warpgroups' first TileBegin to their last EpilogueDone.
         begins = [cut[0][1]["TileBegin"] for cut in parsed.values() if cut and "TileBegin" in cut[0][1]]
@@ -261,12 +272,14 @@ def pingpong(record, kernel_tile, flop_per_cycle):
             idle += max(ends) - min(begins) - sum(depth_cycles(gemms).values())
             tiles += max(len(cut) for cut in parsed.values())
     late = [g for g in gaps if g > pv_cycles]
-    softmax_cycles = sum(depth * cycles for depth, cycles in softmax_depths.items())
-    shared = sum(depth * cycles for depth, cycles in softmax_depths.items() if depth > 1)
+    def shared_share(depths):  # of the cycles in such a phase, the share with another warpgroup in it too
+        total = sum(depth * cycles for depth, cycles in depths.items())
+        return sum(depth * cycles for depth, cycles in depths.items() if depth > 1) / total if total else None
     return dict(p_v_nominal_cycles=pv_cycles, turn_after_previous_s=deciles(gaps),
                 late_turn_share=len(late) / len(gaps) if gaps else None,
                 late_cycles_per_turn=beyond / len(gaps) if gaps else None,
-                softmax_overlap_share=shared / softmax_cycles if softmax_cycles else None,
+                softmax_overlap_share=shared_share(softmax_depths),
+                exponentials_overlap_share=shared_share(exponential_depths),
                 no_gemm_share=idle / span if span else None,
                 no_gemm_cycles_per_tile=idle / tiles if tiles else None)
 
@@ -287,7 +300,11 @@ def analyse(record, kernel_tile, flop_per_cycle):
                       if "InputsReady" in s and (tile, s["block"]) in loads.get(cta, {})]
     # A warpgroup's step (S and P V of its rows) recurs once every warpgroup has done its own.
     floor = 2 * 2 * kernel_tile["block_m"] * kernel_tile["block_n"] * kernel_tile["head_dim"] / flop_per_cycle
-    step_stats = {name: deciles([s[name] for s in steps]) for name, _, _ in STEP_PHASES}
+    step_stats = {}
+    for name, _, _ in STEP_PHASES:
+        step_stats[name] = deciles([s[name] for s in steps])
+        if name == "softmax":  # its halves beside it, where stamped (None otherwise)
+            step_stats.update({half: deciles([s[half] for s in steps if half in s]) for half, _, _ in SOFTMAX_HALVES})
     step_stats["step"] = deciles([s["step"] for s in steps])
     return dict(
         steps=step_stats,
@@ -445,6 +462,9 @@ def main():
               f"beyond on average per turn")
     if sharing["softmax_overlap_share"] is not None:
         print(f"softmax cycles with another warpgroup in its softmax too: {sharing['softmax_overlap_share']:.0%}")
+    if sharing["exponentials_overlap_share"] is not None:
+        print(f"exponentials' cycles (the steps' second half) with another warpgroup in its own too: "
+              f"{sharing['exponentials_overlap_share']:.0%}")
     if sharing["no_gemm_share"] is not None:
         print(f"no GEMM outstanding on the SM: {sharing['no_gemm_share']:.0%} of its time, "
               f"{sharing['no_gemm_cycles_per_tile']:.0f} cycles a tile")

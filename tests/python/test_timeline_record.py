@@ -14,7 +14,7 @@ import timeline  # noqa: E402
 EVENTS, CONSTANTS = timeline.record_format()
 IDS = {name: value for value, name in EVENTS.items()}
 TILE = (128, 128, 128, 2)  # block_m, block_n, head_dim, consumer warpgroups
-STEP = dict(InputsReady=20, Turn=30, Issued=300, ScoresDone=100, SoftmaxDone=1000, OutputDone=150)
+STEP = dict(InputsReady=20, Turn=30, Issued=300, ScoresDone=100, MaximaDone=350, SoftmaxDone=650, OutputDone=150)
 CONVERSION = 200  # OutputDone to the next StepBegin
 BLOCKS, TILES, CTAS = 7, 4, 2
 LEAD = 3000  # the producer issues K this long before its step begins
@@ -79,7 +79,8 @@ def test_the_step_phases_come_back(record):
     tile, stamps = record
     summary = timeline.analyse(stamps, tile, 4096)
     steps = summary["steps"]
-    expected = dict(zip((name for name, _, _ in timeline.STEP_PHASES), list(STEP.values()) + [CONVERSION]))
+    expected = dict(zip((name for name, _, _ in timeline.STEP_PHASES), [20, 30, 300, 100, 1000, 150, CONVERSION]))
+    expected.update({"row maxima": 350, "exponentials, sums": 650})
     for name, length in expected.items():
         assert steps[name]["median"] == steps[name]["p10"] == steps[name]["p90"] == length, name
     assert steps["step"]["median"] == sum(STEP.values()) + CONVERSION
@@ -87,6 +88,9 @@ def test_the_step_phases_come_back(record):
     assert summary["steps_recorded"] == CTAS * 2 * TILES * (BLOCKS - 1)
     # Both warpgroups' GEMMs of a 128 x 128 step at head_dim 128: 2 * 2 * 128^3 / 4096 cycles.
     assert summary["tensor_core_floor_cycles_per_step"] == 2048
+    # The second warpgroup runs 700 cycles behind: its exponentials (800 to 1450 cycles into each
+    # 1800-cycle step) never meet the first's.
+    assert summary["pingpong"]["exponentials_overlap_share"] == 0
 
 
 def test_the_tile_phases_and_the_load_lead_come_back(record):
@@ -173,6 +177,9 @@ def test_the_softmax_overlap_is_the_share_of_softmax_cycles_shared(softmax):
     share = timeline.analyse(stamps, tile, 4096)["pingpong"]["softmax_overlap_share"]
     assert share == pytest.approx(in_softmax[in_softmax > 1].sum() / in_softmax.sum())
     assert (share == 0) == (softmax <= 1000)
+    # Without the row maxima's stamp (FA3's measurement patch has none) the halves are not reported.
+    summary = timeline.analyse(stamps, tile, 4096)
+    assert summary["steps"]["row maxima"] is None and summary["pingpong"]["exponentials_overlap_share"] is None
 
 
 @pytest.mark.parametrize("softmax", [300, 1200])

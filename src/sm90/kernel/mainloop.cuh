@@ -445,12 +445,13 @@ struct ForwardMainloop {
       return loaded;
     };
     auto softmax_step = [&](auto& scores, ChunkScales k_descale) CUTLASS_LAMBDA_FUNC_INLINE {
+      auto maxima_done = [&] { timeline.stamp(TimelineEvent::kMaximaDone); };
       if constexpr (kFp8) {
         CUTE_UNROLL
         for (int j = 0; j < kKScaleChunks; ++j) k_descale[j] = usable_scale(k_descale[j]);
-        return softmax.step(scores, q_descale, k_descale);
+        return softmax.step(scores, q_descale, k_descale, maxima_done);
       } else {
-        return softmax.step(scores);
+        return softmax.step(scores, maxima_done);
       }
     };
 

@@ -50,9 +50,10 @@ struct OnlineSoftmax {
   // rows first, then the exponentials, so the max shuffles of every row are in flight together.
   // `row_descale`, `chunk_descale` (kFp8 only): the positive factors from the scores to true
   // scores; a NaN makes its scores NaN. The quad's lanes hold the same columns' chunks.
-  template <class TensorS>
+  // `maxima_done` runs between the two phases (a timeline build's stamp; nothing otherwise).
+  template <class TensorS, class MaximaDone>
   __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, RowVector<kRows> const& row_descale,
-                                                   ChunkScales const& chunk_descale) {
+                                                   ChunkScales const& chunk_descale, MaximaDone&& maxima_done) {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     static_assert(decltype(size<0>(s))::value == kRows);
     // The thread's columns run through the tile's 8-column groups in order (one WGMMA atom spans
@@ -122,6 +123,7 @@ struct OnlineSoftmax {
       max_or_zero(r) = exponent_row_max(new_max);
       fused &= fused_exponent_applies(max_or_zero(r) * scale_log2);
     }
+    maxima_done();
     // One FFMA per score (fused_softmax_exponent) while every row of the warp has a max small
     // enough for it; otherwise an FADD and an FMUL (softmax_exponent), exact at any magnitude.
     // FP8 folds the descales into the FFMA's factor, and the exact form multiplies them in first.
@@ -163,12 +165,12 @@ struct OnlineSoftmax {
   }
 
   // 16-bit scores are true scores.
-  template <class TensorS>
-  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores) {
+  template <class TensorS, class MaximaDone>
+  __device__ __forceinline__ RowVector<kRows> step(TensorS& scores, MaximaDone&& maxima_done) {
     static_assert(!kFp8, "FP8 scores need their descales");
     RowVector<kRows> unused_rows;
     ChunkScales unused_chunks;
-    return step(scores, unused_rows, unused_chunks);
+    return step(scores, unused_rows, unused_chunks, maxima_done);
   }
 
   template <class TensorO>

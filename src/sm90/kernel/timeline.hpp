@@ -27,6 +27,7 @@ enum class TimelineEvent : uint32_t {
   kLoadK,          // producer: a K slot was free and its load is issued (arg: the key block)
   kLoadV,          // producer: likewise V
   kLoadQ,          // producer: Q's buffer was free and its load is issued
+  kMaximaDone,     // consumer: the row maxima are known; the exponentials and sums follow
 };
 
 struct Timeline {
