@@ -112,12 +112,13 @@ def test_a_record_without_the_magic_is_refused():
         timeline.read_record(words, EVENTS, CONSTANTS)
 
 
-def record_of_tiles(tiles, softmax):
+def record_of_tiles(tiles, softmax, maxima=None):
     """One CTA whose consumer warpgroups (role: [(anchor, [turn cycles])], an entry a tile) run their
     tiles: a first block whose Q K^T runs from 900 to 700 cycles before the anchor and whose softmax
     ends 450 before it, then a step at each turn, whose S retires 600 after the turn and whose
     softmax lasts `softmax`; the tile's last P V ends 100 after its last step (or first block), its
-    epilogue 50 later. What the pingpong analysis reads."""
+    epilogue 50 later; with `maxima`, each step's row maxima are stamped done that long into its
+    softmax. What the pingpong analysis reads."""
     words = np.zeros(CONSTANTS["kHeaderWords"] + CONSTANTS["kMaxCtas"] * CONSTANTS["kRolesPerCta"]
                      * CONSTANTS["kEntries"], dtype=np.uint64)
     words[:8] = (CONSTANTS["kMagic"], CONSTANTS["kRolesPerCta"], CONSTANTS["kEntries"], 1) + TILE
@@ -131,8 +132,9 @@ def record_of_tiles(tiles, softmax):
                 done = turn + 600
                 last = done + softmax + 20
                 stamps += [("StepBegin", block, turn - 50), ("InputsReady", 0, turn - 10), ("Turn", 0, turn),
-                           ("Issued", 0, turn + 200), ("ScoresDone", 0, done), ("SoftmaxDone", 0, done + softmax),
-                           ("OutputDone", 0, last)]
+                           ("Issued", 0, turn + 200), ("ScoresDone", 0, done)]
+                stamps += [("MaximaDone", 0, done + maxima)] if maxima is not None else []
+                stamps += [("SoftmaxDone", 0, done + softmax), ("OutputDone", 0, last)]
             stamps += [("MainloopDone", 0, last + 100), ("EpilogueDone", 0, last + 150)]
         write(words, 0, role, stamps)
     return timeline.read_record(words.view(np.int64), EVENTS, CONSTANTS)
@@ -180,6 +182,22 @@ def test_the_softmax_overlap_is_the_share_of_softmax_cycles_shared(softmax):
     # Without the row maxima's stamp (FA3's measurement patch has none) the halves are not reported.
     summary = timeline.analyse(stamps, tile, 4096)
     assert summary["steps"]["row maxima"] is None and summary["pingpong"]["exponentials_overlap_share"] is None
+
+
+@pytest.mark.parametrize("softmax", [900, 1500])
+def test_the_exponentials_overlap_is_the_share_of_the_steps_second_halves_shared(softmax):
+    tile, stamps = record_of_tiles(ONE_TILE, softmax, maxima=300)
+    summary = timeline.analyse(stamps, tile, 4096)
+    assert summary["steps"]["row maxima"]["median"] == 300
+    assert summary["steps"]["exponentials, sums"]["median"] == softmax - 300
+    in_exponentials = np.zeros(12000, dtype=int)
+    for role_tiles in ONE_TILE.values():
+        for _, turns in role_tiles:
+            for turn in turns:
+                in_exponentials[turn + 600 + 300: turn + 600 + softmax] += 1
+    share = summary["pingpong"]["exponentials_overlap_share"]
+    assert share == pytest.approx(in_exponentials[in_exponentials > 1].sum() / in_exponentials.sum())
+    assert (share == 0) == (softmax <= 1000)
 
 
 @pytest.mark.parametrize("softmax", [300, 1200])
