@@ -234,3 +234,33 @@ def test_the_case_takes_the_records_tile_beside_the_problem(record):
     case = timeline.case_of(problem, 2, 16, tile)
     assert case == dict(dtype="bf16", batch=2, seqlen=8192, heads=16, head_dim=128, causal=True, block_m=128,
                         block_n=128, consumers=2)
+
+
+@pytest.mark.parametrize("softmax", [900, 1500])
+def test_the_contention_reading_gives_each_phase_its_share_with_the_others_phases(softmax):
+    """bench/timeline_contention.py against a cycle-by-cycle count of the same record."""
+    import timeline_contention
+    _, stamps = record_of_tiles(ONE_TILE, softmax, maxima=300)
+    rows = timeline_contention.contention(stamps)
+    # Rasters per warpgroup: 1 in its row maxima, 2 in its exponentials (steps only: the tiles'
+    # first blocks stamp no maxima).
+    raster = {role: np.zeros(12000, dtype=int) for role in ONE_TILE}
+    for role, role_tiles in ONE_TILE.items():
+        for _, turns in role_tiles:
+            for turn in turns:
+                raster[role][turn + 600: turn + 900] = 1
+                raster[role][turn + 900: turn + 600 + softmax] = 2
+    expected = {"row maxima": [], "exponentials": []}
+    for role, role_tiles in ONE_TILE.items():
+        other = raster[3 - role]
+        for _, turns in role_tiles:
+            for turn in turns:
+                for phase, a, b in (("row maxima", turn + 600, turn + 900),
+                                    ("exponentials", turn + 900, turn + 600 + softmax)):
+                    expected[phase].append((b - a, (other[a:b] == 1).mean(), (other[a:b] == 2).mean()))
+    for phase in expected:
+        assert sorted(rows[phase]) == pytest.approx(sorted(expected[phase]))
+    assert any(r[1] + r[2] > 0 for r in rows["exponentials"]) == (softmax > 1000)
+    summary = timeline_contention.summary(rows)
+    assert summary["exponentials"]["n"] == 7
+    assert sum(b["n"] for b in summary["exponentials"]["by_other_exponentials"]) == 7
