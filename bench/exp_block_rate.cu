@@ -4,9 +4,17 @@
 // what one warp per SM sub-partition (128 threads a block), or two (256), takes for the block when
 // nothing else shares the sub-partition, against the timeline's in-kernel reading. `kSumsAfter`:
 // every exponential first and the sums after a warp-uniform branch (the layout ptxas gives
-// `latesum2`), so its MUFUs issue back to back.
-//   nvcc -O3 -std=c++17 -arch=sm_90a -ftz=true -o /tmp/exp_block_rate bench/exp_block_rate.cu && /tmp/exp_block_rate
+// `latesum2`), so its MUFUs issue back to back. Then the main layout on one warp a sub-partition
+// beside a warpgroup that issues batches of eight HGMMA 64x128x16, from shared memory (SS, as
+// Q K^T) or with A from its registers (RS, as P V), as pipe_rates.cu does for single instructions:
+// what the tensor cores' work beside it costs the block.
+//   nvcc -O3 -std=c++17 -arch=sm_90a -ftz=true -I.deps/cutlass/include -o /tmp/exp_block_rate \
+//     bench/exp_block_rate.cu && /tmp/exp_block_rate
 #include <cstdio>
+#include <utility>
+
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
 
 constexpr int kSms = 132;
 constexpr int kRows = 2;
@@ -21,15 +29,11 @@ constexpr int kChains = 4;
     }                                                                                  \
   } while (0)
 
+// One repetition of the block on the thread's scores, in place. As softmax.cuh: a warp vote picks the
+// fused exponent form (always, here) or the exact one.
 template <int kColumns, bool kSumsAfter>
-__global__ void exponentials(float* sink, long long* cycles, int iterations, float c, float m, int uniform_one) {
-  float s[kRows][kColumns];
-  for (int r = 0; r < kRows; ++r)
-    for (int j = 0; j < kColumns; ++j) s[r][j] = 0.001f * float((threadIdx.x + 7 * j + r) % 997);
-  float row_sum[kRows] = {0.f, 0.f};
-  __syncthreads();
-  const long long start = clock64();
-  // As softmax.cuh: a warp vote picks the fused exponent form (always, here) or the exact one.
+__device__ __forceinline__ void exponential_block(float (&s)[kRows][kColumns], float (&row_sum)[kRows], float c,
+                                                  float m, int uniform_one) {
   auto exponentials = [&](auto exponent_of) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -42,28 +46,47 @@ __global__ void exponentials(float* sink, long long* cycles, int iterations, flo
       if constexpr (!kSumsAfter) row_sum[r] = row_sum[r] * 0.5f + ((chain[0] + chain[1]) + (chain[2] + chain[3]));
     }
   };
-  for (int it = 0; it < iterations; ++it) {
-    if (__all_sync(0xffffffff, uniform_one != 0)) {
-      exponentials([&](float x) { return fmaf(x, c, -m); });
-    } else {
-      exponentials([&](float x) { return (x - m) * c; });
-    }
-    if constexpr (kSumsAfter) {
+  if (__all_sync(0xffffffff, uniform_one != 0)) {
+    exponentials([&](float x) { return fmaf(x, c, -m); });
+  } else {
+    exponentials([&](float x) { return (x - m) * c; });
+  }
+  if constexpr (kSumsAfter) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float chain[kChains] = {0.f, 0.f, 0.f, 0.f};
+    for (int r = 0; r < kRows; ++r) {
+      float chain[kChains] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < kColumns; ++j) chain[j % kChains] += s[r][j];
-        row_sum[r] = row_sum[r] * 0.5f + ((chain[0] + chain[1]) + (chain[2] + chain[3]));
-      }
+      for (int j = 0; j < kColumns; ++j) chain[j % kChains] += s[r][j];
+      row_sum[r] = row_sum[r] * 0.5f + ((chain[0] + chain[1]) + (chain[2] + chain[3]));
     }
   }
-  __syncthreads();
-  const long long stop = clock64();
+}
+
+template <int kColumns>
+__device__ __forceinline__ void initial_scores(float (&s)[kRows][kColumns]) {
+  for (int r = 0; r < kRows; ++r)
+    for (int j = 0; j < kColumns; ++j) s[r][j] = 0.001f * float((threadIdx.x + 7 * j + r) % 997);
+}
+
+template <int kColumns>
+__device__ __forceinline__ float keep_live(float (&s)[kRows][kColumns], float (&row_sum)[kRows]) {
   float total = row_sum[0] + row_sum[1];
   for (int r = 0; r < kRows; ++r)
     for (int j = 0; j < kColumns; ++j) total += s[r][j];
-  sink[blockIdx.x * blockDim.x + threadIdx.x] = total;
+  return total;
+}
+
+template <int kColumns, bool kSumsAfter>
+__global__ void exponentials(float* sink, long long* cycles, int iterations, float c, float m, int uniform_one) {
+  float s[kRows][kColumns];
+  initial_scores(s);
+  float row_sum[kRows] = {0.f, 0.f};
+  __syncthreads();
+  const long long start = clock64();
+  for (int it = 0; it < iterations; ++it) exponential_block<kColumns, kSumsAfter>(s, row_sum, c, m, uniform_one);
+  __syncthreads();
+  const long long stop = clock64();
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = keep_live(s, row_sum);
   if (threadIdx.x == 0) cycles[blockIdx.x] = stop - start;
 }
 
@@ -85,6 +108,110 @@ int measure(const char* name, int threads, float* sink, long long* cycles) {
   return 0;
 }
 
+enum class Beside { kNothing, kSsGemms, kRsGemms };
+constexpr int kOperandBytes = 65536;
+using SsMma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+using RsMma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+
+template <size_t... I>
+__device__ __forceinline__ void ss_mma(uint64_t a, uint64_t b, float (&accumulator)[64], std::index_sequence<I...>) {
+  SsMma::fma(a, b, accumulator[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+template <size_t... I>
+__device__ __forceinline__ void rs_mma(uint32_t const (&a)[4], uint64_t b, float (&accumulator)[64],
+                                       std::index_sequence<I...>) {
+  RsMma::fma(a[0], a[1], a[2], a[3], b, accumulator[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+__device__ uint64_t k_major_sw128_descriptor(uint32_t smem_address) {
+  cute::GmmaDescriptor desc;
+  desc.desc_ = 0;
+  desc.bitfield.start_address_ = smem_address >> 4;
+  desc.bitfield.leading_byte_offset_ = 1;
+  desc.bitfield.stride_byte_offset_ = 1024 >> 4;  // eight 128-byte rows
+  desc.bitfield.layout_type_ = 1;                 // 128-byte swizzle
+  return desc.desc_;
+}
+
+// Warpgroup 1 runs the block `iterations` times; warpgroup 0 issues GEMM batches until it is done.
+template <Beside kBeside>
+__global__ void __launch_bounds__(256) exponentials_beside(float* sink, long long* cycles, long long* batches,
+                                                           int iterations, float c, float m, int uniform_one) {
+  constexpr int kColumns = 48;
+  extern __shared__ __align__(1024) char smem[];
+  volatile int* block_done = reinterpret_cast<volatile int*>(smem + kOperandBytes);
+  for (int i = threadIdx.x; i < kOperandBytes / 4; i += blockDim.x) reinterpret_cast<float*>(smem)[i] = 0.f;
+  if (threadIdx.x == 0) *block_done = 0;
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    if constexpr (kBeside != Beside::kNothing) {
+      float accumulator[64] = {};
+      const uint32_t a_registers[4] = {0u, 0u, 0u, 0u};
+      const uint32_t a = uint32_t(__cvta_generic_to_shared(smem)), b = a + kOperandBytes / 2;
+      long long batch_count = 0;
+      // The four warps agree on the last batch (an HGMMA some of them skip is an illegal instruction).
+      auto all_see_done = [&] {
+        int done;
+        asm volatile("{ .reg .pred seen, any; setp.ne.s32 seen, %1, 0; bar.red.or.pred any, 2, 128, seen;"
+                     " selp.s32 %0, 1, 0, any; }" : "=r"(done) : "r"(*block_done));
+        return done != 0;
+      };
+      while (!all_see_done()) {
+        cute::warpgroup_arrive();
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if constexpr (kBeside == Beside::kSsGemms) {
+            ss_mma(k_major_sw128_descriptor(a + 32 * k), k_major_sw128_descriptor(b + 32 * k), accumulator,
+                   std::make_index_sequence<64>{});
+          } else {
+            rs_mma(a_registers, k_major_sw128_descriptor(b + 32 * k), accumulator, std::make_index_sequence<64>{});
+          }
+        }
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<0>();
+        ++batch_count;
+      }
+      float sum = 0.f;
+      for (float value : accumulator) sum += value;
+      sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+      if (threadIdx.x == 0) batches[blockIdx.x] = batch_count;
+    }
+    return;
+  }
+  float s[kRows][kColumns];
+  initial_scores(s);
+  float row_sum[kRows] = {0.f, 0.f};
+  const long long start = clock64();
+  for (int it = 0; it < iterations; ++it) exponential_block<kColumns, false>(s, row_sum, c, m, uniform_one);
+  const long long stop = clock64();
+  asm volatile("bar.sync 1, 128;");  // every warp of the block done before the GEMMs stop
+  if (threadIdx.x == 128) *block_done = 1, cycles[blockIdx.x] = stop - start;
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = keep_live(s, row_sum);
+}
+
+template <Beside kBeside>
+int measure_beside(const char* name, float* sink, long long* cycles, long long* batches) {
+  constexpr int kIterations = 256, kSmem = kOperandBytes + 128;
+  CHECK(cudaFuncSetAttribute(exponentials_beside<kBeside>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  for (int launch = 0; launch < 2; ++launch) {  // the first warms up
+    exponentials_beside<kBeside><<<kSms, 256, kSmem>>>(sink, cycles, batches, kIterations, 1.f, 2.f, 1);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+  }
+  long long host[kSms], host_batches[kSms];
+  CHECK(cudaMemcpy(host, cycles, sizeof(host), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(host_batches, batches, sizeof(host_batches), cudaMemcpyDeviceToHost));
+  long long total = 0, total_batches = 0;
+  for (int i = 0; i < kSms; ++i) total += host[i], total_batches += host_batches[i];
+  const double per_block = double(total) / kSms / kIterations;
+  std::printf("%-28s 96 scores a thread, 1 warp a sub-partition: %6.0f cycles a block, %5.1f a MUFU", name, per_block,
+              per_block / 96);
+  if (kBeside != Beside::kNothing && total_batches > 0)
+    std::printf(" (%.0f cycles a batch of 8 HGMMA)", double(total) / double(total_batches));
+  std::printf("\n");
+  return 0;
+}
+
 int main() {
   float* sink;
   long long* cycles;
@@ -96,5 +223,11 @@ int main() {
     failed |= measure<48, true>("sums after (latesum2)", threads, sink, cycles);
     failed |= measure<32, false>("sums beside (main)", threads, sink, cycles);
   }
+  long long* batches;
+  CHECK(cudaMalloc(&batches, kSms * sizeof(long long)));
+  CHECK(cudaMemset(batches, 0, kSms * sizeof(long long)));
+  failed |= measure_beside<Beside::kNothing>("main, other warpgroup idle", sink, cycles, batches);
+  failed |= measure_beside<Beside::kSsGemms>("main, beside SS HGMMAs", sink, cycles, batches);
+  failed |= measure_beside<Beside::kRsGemms>("main, beside RS HGMMAs", sink, cycles, batches);
   return failed;
 }
