@@ -11,10 +11,8 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90a -ftz=true -I.deps/cutlass/include -o /tmp/exp_block_rate \
 //     bench/exp_block_rate.cu && /tmp/exp_block_rate
 #include <cstdio>
-#include <utility>
 
-#include <cute/arch/mma_sm90_desc.hpp>
-#include <cute/arch/mma_sm90_gmma.hpp>
+#include "gemm_neighbour.cuh"
 
 constexpr int kSms = 132;
 constexpr int kRows = 2;
@@ -109,29 +107,7 @@ int measure(const char* name, int threads, float* sink, long long* cycles) {
 }
 
 enum class Beside { kNothing, kSsGemms, kRsGemms };
-constexpr int kOperandBytes = 65536;
-using SsMma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-using RsMma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-
-template <size_t... I>
-__device__ __forceinline__ void ss_mma(uint64_t a, uint64_t b, float (&accumulator)[64], std::index_sequence<I...>) {
-  SsMma::fma(a, b, accumulator[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
-template <size_t... I>
-__device__ __forceinline__ void rs_mma(uint32_t const (&a)[4], uint64_t b, float (&accumulator)[64],
-                                       std::index_sequence<I...>) {
-  RsMma::fma(a[0], a[1], a[2], a[3], b, accumulator[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
-
-__device__ uint64_t k_major_sw128_descriptor(uint32_t smem_address) {
-  cute::GmmaDescriptor desc;
-  desc.desc_ = 0;
-  desc.bitfield.start_address_ = smem_address >> 4;
-  desc.bitfield.leading_byte_offset_ = 1;
-  desc.bitfield.stride_byte_offset_ = 1024 >> 4;  // eight 128-byte rows
-  desc.bitfield.layout_type_ = 1;                 // 128-byte swizzle
-  return desc.desc_;
-}
+using gemm_neighbour::kOperandBytes;
 
 // Warpgroup 1 runs the block `iterations` times; warpgroup 0 issues GEMM batches until it is done.
 template <Beside kBeside>
@@ -145,35 +121,10 @@ __global__ void __launch_bounds__(256) exponentials_beside(float* sink, long lon
   __syncthreads();
   if (threadIdx.x < 128) {
     if constexpr (kBeside != Beside::kNothing) {
-      float accumulator[64] = {};
-      const uint32_t a_registers[4] = {0u, 0u, 0u, 0u};
-      const uint32_t a = uint32_t(__cvta_generic_to_shared(smem)), b = a + kOperandBytes / 2;
-      long long batch_count = 0;
-      // The four warps agree on the last batch (an HGMMA some of them skip is an illegal instruction).
-      auto all_see_done = [&] {
-        int done;
-        asm volatile("{ .reg .pred seen, any; setp.ne.s32 seen, %1, 0; bar.red.or.pred any, 2, 128, seen;"
-                     " selp.s32 %0, 1, 0, any; }" : "=r"(done) : "r"(*block_done));
-        return done != 0;
-      };
-      while (!all_see_done()) {
-        cute::warpgroup_arrive();
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if constexpr (kBeside == Beside::kSsGemms) {
-            ss_mma(k_major_sw128_descriptor(a + 32 * k), k_major_sw128_descriptor(b + 32 * k), accumulator,
-                   std::make_index_sequence<64>{});
-          } else {
-            rs_mma(a_registers, k_major_sw128_descriptor(b + 32 * k), accumulator, std::make_index_sequence<64>{});
-          }
-        }
-        cute::warpgroup_commit_batch();
-        cute::warpgroup_wait<0>();
-        ++batch_count;
-      }
-      float sum = 0.f;
-      for (float value : accumulator) sum += value;
-      sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+      float checksum;
+      const long long batch_count =
+          gemm_neighbour::issue_batches_until<kBeside == Beside::kRsGemms>(block_done, smem, checksum);
+      sink[blockIdx.x * blockDim.x + threadIdx.x] = checksum;
       if (threadIdx.x == 0) batches[blockIdx.x] = batch_count;
     }
     return;

@@ -7,10 +7,8 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I.deps/cutlass/include -o /tmp/pipe_rates bench/pipe_rates.cu
 //   /tmp/pipe_rates      (the performance log quotes its output on the H200: bench/results/pipe_rates_h200.txt)
 #include <cstdio>
-#include <utility>
 
-#include <cute/arch/mma_sm90_desc.hpp>
-#include <cute/arch/mma_sm90_gmma.hpp>
+#include "gemm_neighbour.cuh"
 
 constexpr int kSms = 132;                 // the H100 / H200 SXM: one block on each
 constexpr int kMaxThreadsPerBlock = 256;  // 2 warps per SMSP, or 2 warpgroups
@@ -81,23 +79,7 @@ void measure(char const* name, float* sink, long long* cycles) {
 
 // Beside the chains of warpgroup 1, warpgroup 0 issues batches of eight HGMMA 64x128x16 (Q K^T's
 // shape at head_dim 128) from shared memory, waiting for each, until the chains are done.
-using QkMma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-constexpr int kOperandBytes = 65536;
-
-template <size_t... I>
-__device__ __forceinline__ void qk_mma(uint64_t a, uint64_t b, float (&accumulator)[64], std::index_sequence<I...>) {
-  QkMma::fma(a, b, accumulator[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
-
-__device__ uint64_t k_major_sw128_descriptor(uint32_t smem_address) {
-  cute::GmmaDescriptor desc;
-  desc.desc_ = 0;
-  desc.bitfield.start_address_ = smem_address >> 4;
-  desc.bitfield.leading_byte_offset_ = 1;
-  desc.bitfield.stride_byte_offset_ = 1024 >> 4;  // eight 128-byte rows
-  desc.bitfield.layout_type_ = 1;                 // 128-byte swizzle
-  return desc.desc_;
-}
+using gemm_neighbour::kOperandBytes;
 
 template <Kind kKind>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock) chains_beside_gemms(bool gemms, float* sink, long long* cycles,
@@ -109,31 +91,9 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) chains_beside_gemms(bool 
   __syncthreads();
   if (threadIdx.x < 128) {
     if (!gemms) return;
-    float accumulator[64] = {};
-    const uint32_t a = uint32_t(__cvta_generic_to_shared(smem)), b = a + kOperandBytes / 2;
-    long long batch_count = 0;
-    // The four warps must agree on the last batch (an HGMMA some of them skip is an illegal
-    // instruction): the flag is read by each and OR-reduced over the warpgroup.
-    auto all_see_done = [&] {
-      int done;
-      asm volatile("{ .reg .pred seen, any; setp.ne.s32 seen, %1, 0; bar.red.or.pred any, 2, 128, seen;"
-                   " selp.s32 %0, 1, 0, any; }" : "=r"(done) : "r"(*chains_done));
-      return done != 0;
-    };
-    while (!all_see_done()) {
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        qk_mma(k_major_sw128_descriptor(a + 32 * k), k_major_sw128_descriptor(b + 32 * k), accumulator,
-               std::make_index_sequence<64>{});
-      }
-      cute::warpgroup_commit_batch();
-      cute::warpgroup_wait<0>();
-      ++batch_count;
-    }
-    float sum = 0.f;
-    for (float value : accumulator) sum += value;
-    sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+    float checksum;
+    const long long batch_count = gemm_neighbour::issue_batches_until<false>(chains_done, smem, checksum);
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = checksum;
     if (threadIdx.x == 0) batches[blockIdx.x] = batch_count;
     return;
   }
