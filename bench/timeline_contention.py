@@ -64,7 +64,7 @@ def read_stamps(path):
 
 def contention(record):
     """For each phase: rows of (phase's cycles, share with another's maxima, share with another's
-    exponentials), over every consumer warpgroup of every CTA in the record."""
+    exponentials, the warpgroup's role), over every consumer warpgroup of every CTA in the record."""
     rows = {phase: [] for phase in PHASES}
     for cta in sorted({cta for cta, role in record if role > 0}):
         groups = {role: phase_intervals(stamps) for (owner, role), stamps in record.items()
@@ -78,7 +78,7 @@ def contention(record):
                     # With three warpgroups two others may share the same cycles: the share is capped at 1.
                     maxima = min(1.0, sum(o["row maxima"].overlap(a, b) for o in others) / length)
                     exps = min(1.0, sum(o["exponentials"].overlap(a, b) for o in others) / length)
-                    rows[phase].append((length, maxima, exps))
+                    rows[phase].append((length, maxima, exps, role))
     return rows
 
 
@@ -96,9 +96,12 @@ def summary(rows):
     out = {}
     for phase, phase_rows in rows.items():
         alone = [r[0] for r in phase_rows if r[1] + r[2] < 0.05]
+        roles = sorted({r[3] for r in phase_rows})
         out[phase] = dict(
             n=len(phase_rows),
             median_cycles=statistics.median(r[0] for r in phase_rows) if phase_rows else None,
+            by_role={role: dict(n=len(lengths), median_cycles=statistics.median(lengths))
+                     for role in roles for lengths in [[r[0] for r in phase_rows if r[3] == role]]},
             alone=dict(n=len(alone), median_cycles=statistics.median(alone) if alone else None),
             by_other_maxima=binned(phase_rows, 1),
             by_other_exponentials=binned(phase_rows, 2))
@@ -118,6 +121,8 @@ def main():
         print(f"{phase}: {s['n']} phases, median {s['median_cycles']:.0f} cycles; run alone (no other "
               f"warpgroup in a softmax phase): {alone['n']}, median "
               f"{alone['median_cycles'] if alone['median_cycles'] is None else round(alone['median_cycles'])}")
+        print("  by warpgroup: " + ", ".join(f"{role}: {v['n']} x {round(v['median_cycles'])}"
+                                           for role, v in s["by_role"].items()))
         for key, label in (("by_other_maxima", "another's row maxima"), ("by_other_exponentials", "another's exponentials")):
             cells = ", ".join(f"[{b['share'][0]:.2f}, {b['share'][1]:.2f}): {b['n']} x "
                               f"{'-' if b['median_cycles'] is None else round(b['median_cycles'])}" for b in s[key])

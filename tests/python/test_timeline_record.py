@@ -257,10 +257,11 @@ def test_the_contention_reading_gives_each_phase_its_share_with_the_others_phase
             for turn in turns:
                 for phase, a, b in (("row maxima", turn + 600, turn + 900),
                                     ("exponentials", turn + 900, turn + 600 + softmax)):
-                    expected[phase].append((b - a, (other[a:b] == 1).mean(), (other[a:b] == 2).mean()))
+                    expected[phase].append((b - a, (other[a:b] == 1).mean(), (other[a:b] == 2).mean(), role))
     for phase in expected:
         assert sorted(rows[phase]) == pytest.approx(sorted(expected[phase]))
     assert any(r[1] + r[2] > 0 for r in rows["exponentials"]) == (softmax > 1000)
     summary = timeline_contention.summary(rows)
     assert summary["exponentials"]["n"] == 7
     assert sum(b["n"] for b in summary["exponentials"]["by_other_exponentials"]) == 7
+    assert {role: v["n"] for role, v in summary["exponentials"]["by_role"].items()} == {1: 3, 2: 4}
