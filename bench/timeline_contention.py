@@ -2,7 +2,7 @@
 """What a softmax phase shares its SM sub-partitions with, read from a timeline build's raw stamps
 (`timeline.py --stamps FILE`): for each step's row maxima and exponentials, the share of the phase
 during which another consumer warpgroup of the CTA was in its own row maxima (the ALU pipe's FMNMX)
-or its own exponentials (MUFU), and the phase's length binned by those shares.
+or its own exponentials (MUFU), and the phase's length binned by those shares and by warpgroup.
 
 If a phase run alone (no other warpgroup in a softmax phase) is about as long as one shared with
 another's, the other warpgroup's softmax is not what stretches it: what remains on the sub-partition
