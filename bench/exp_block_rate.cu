@@ -107,7 +107,6 @@ int measure(const char* name, int threads, float* sink, long long* cycles) {
 }
 
 enum class Beside { kNothing, kSsGemms, kRsGemms };
-using gemm_neighbour::kOperandBytes;
 
 // Warpgroup 1 runs the block `iterations` times; warpgroup 0 issues GEMM batches until it is done.
 template <Beside kBeside>
@@ -115,34 +114,21 @@ __global__ void __launch_bounds__(256) exponentials_beside(float* sink, long lon
                                                            int iterations, float c, float m, int uniform_one) {
   constexpr int kColumns = 48;
   extern __shared__ __align__(1024) char smem[];
-  volatile int* block_done = reinterpret_cast<volatile int*>(smem + kOperandBytes);
-  for (int i = threadIdx.x; i < kOperandBytes / 4; i += blockDim.x) reinterpret_cast<float*>(smem)[i] = 0.f;
-  if (threadIdx.x == 0) *block_done = 0;
-  __syncthreads();
-  if (threadIdx.x < 128) {
-    if constexpr (kBeside != Beside::kNothing) {
-      float checksum;
-      const long long batch_count =
-          gemm_neighbour::issue_batches_until<kBeside == Beside::kRsGemms>(block_done, smem, checksum);
-      sink[blockIdx.x * blockDim.x + threadIdx.x] = checksum;
-      if (threadIdx.x == 0) batches[blockIdx.x] = batch_count;
-    }
-    return;
-  }
+  if (gemm_neighbour::run_beside<kBeside == Beside::kRsGemms>(smem, kBeside != Beside::kNothing, sink, batches)) return;
   float s[kRows][kColumns];
   initial_scores(s);
   float row_sum[kRows] = {0.f, 0.f};
   const long long start = clock64();
   for (int it = 0; it < iterations; ++it) exponential_block<kColumns, false>(s, row_sum, c, m, uniform_one);
   const long long stop = clock64();
-  asm volatile("bar.sync 1, 128;");  // every warp of the block done before the GEMMs stop
-  if (threadIdx.x == 128) *block_done = 1, cycles[blockIdx.x] = stop - start;
+  gemm_neighbour::finish(smem);
+  if (threadIdx.x == 128) cycles[blockIdx.x] = stop - start;
   sink[blockIdx.x * blockDim.x + threadIdx.x] = keep_live(s, row_sum);
 }
 
 template <Beside kBeside>
 int measure_beside(const char* name, float* sink, long long* cycles, long long* batches) {
-  constexpr int kIterations = 256, kSmem = kOperandBytes + 128;
+  constexpr int kIterations = 256, kSmem = gemm_neighbour::kSharedBytes;
   CHECK(cudaFuncSetAttribute(exponentials_beside<kBeside>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   for (int launch = 0; launch < 2; ++launch) {  // the first warms up
     exponentials_beside<kBeside><<<kSms, 256, kSmem>>>(sink, cycles, batches, kIterations, 1.f, 2.f, 1);

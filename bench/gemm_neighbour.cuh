@@ -12,7 +12,8 @@
 
 namespace gemm_neighbour {
 
-constexpr int kOperandBytes = 65536;  // A, then B: zeros the caller writes
+constexpr int kOperandBytes = 65536;  // A, then B: zeros
+constexpr int kSharedBytes = kOperandBytes + 128;  // and the measured warpgroup's done flag after them
 using SsMma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 using RsMma = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 
@@ -70,6 +71,33 @@ __device__ long long issue_batches_until(volatile int const* done, char const* s
   checksum = 0.f;
   for (float value : accumulator) checksum += value;
   return batches;
+}
+
+__device__ inline volatile int* done_flag(char* smem) { return reinterpret_cast<volatile int*>(smem + kOperandBytes); }
+
+// Run by every thread of a 256-thread block with kSharedBytes of dynamic shared memory: zeroes the
+// operands and the flag; warpgroup 0 then issues batches until warpgroup 1 calls finish(), or none
+// when `gemms` is false, stores its checksum and batch count, and gets true (it should return);
+// warpgroup 1 gets false and runs the measured work.
+template <bool kAInRegisters>
+__device__ bool run_beside(char* smem, bool gemms, float* sink, long long* batches) {
+  for (int i = threadIdx.x; i < kOperandBytes / 4; i += blockDim.x) reinterpret_cast<float*>(smem)[i] = 0.f;
+  if (threadIdx.x == 0) *done_flag(smem) = 0;
+  __syncthreads();
+  if (threadIdx.x >= 128) return false;
+  if (gemms) {
+    float checksum;
+    const long long batch_count = issue_batches_until<kAInRegisters>(done_flag(smem), smem, checksum);
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = checksum;
+    if (threadIdx.x == 0) batches[blockIdx.x] = batch_count;
+  }
+  return true;
+}
+
+// Warpgroup 1, after its measured work: every one of its warps is done, then the GEMMs may stop.
+__device__ inline void finish(char* smem) {
+  asm volatile("bar.sync 1, 128;");
+  if (threadIdx.x == 128) *done_flag(smem) = 1;
 }
 
 }  // namespace gemm_neighbour

@@ -79,24 +79,11 @@ void measure(char const* name, float* sink, long long* cycles) {
 
 // Beside the chains of warpgroup 1, warpgroup 0 issues batches of eight HGMMA 64x128x16 (Q K^T's
 // shape at head_dim 128) from shared memory, waiting for each, until the chains are done.
-using gemm_neighbour::kOperandBytes;
-
 template <Kind kKind>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock) chains_beside_gemms(bool gemms, float* sink, long long* cycles,
                                                            long long* batches, int iterations) {
   extern __shared__ __align__(1024) char smem[];
-  volatile int* chains_done = reinterpret_cast<volatile int*>(smem + kOperandBytes);
-  for (int i = threadIdx.x; i < kOperandBytes / 4; i += blockDim.x) reinterpret_cast<float*>(smem)[i] = 0.f;
-  if (threadIdx.x == 0) *chains_done = 0;
-  __syncthreads();
-  if (threadIdx.x < 128) {
-    if (!gemms) return;
-    float checksum;
-    const long long batch_count = gemm_neighbour::issue_batches_until<false>(chains_done, smem, checksum);
-    sink[blockIdx.x * blockDim.x + threadIdx.x] = checksum;
-    if (threadIdx.x == 0) batches[blockIdx.x] = batch_count;
-    return;
-  }
+  if (gemm_neighbour::run_beside</*kAInRegisters=*/false>(smem, gemms, sink, batches)) return;
   float x[8];
   for (int i = 0; i < 8; ++i) x[i] = -0.001f * float(threadIdx.x + i);
   const long long start = clock64();
@@ -105,8 +92,8 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) chains_beside_gemms(bool 
     for (int i = 0; i < 8; ++i) issue<kKind>(x[i], x[(i + 1) % 8]);
   }
   const long long stop = clock64();
-  asm volatile("bar.sync 1, 128;");  // every chain warp done before the GEMMs stop
-  if (threadIdx.x == 128) *chains_done = 1, cycles[blockIdx.x] = stop - start;
+  gemm_neighbour::finish(smem);
+  if (threadIdx.x == 128) cycles[blockIdx.x] = stop - start;
   float sum = 0.f;
   for (int i = 0; i < 8; ++i) sum += x[i];
   sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
@@ -114,7 +101,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) chains_beside_gemms(bool 
 
 template <Kind kKind>
 void measure_beside_gemms(char const* name, float* sink, long long* cycles, long long* batches) {
-  constexpr int kIterations = 8192, kSmem = kOperandBytes + 128;
+  constexpr int kIterations = 8192, kSmem = gemm_neighbour::kSharedBytes;
   cudaFuncSetAttribute(chains_beside_gemms<kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   for (bool gemms : {false, true}) {
     chains_beside_gemms<kKind><<<kSms, kMaxThreadsPerBlock, kSmem>>>(gemms, sink, cycles, batches, kIterations);  // warm-up

@@ -83,7 +83,8 @@ def contention(record):
 
 
 def binned(rows, column):
-    """[(bin, count, median cycles)] of rows binned by one share column (1: maxima, 2: exponentials)."""
+    """[{share: [low, high], n, median_cycles}] of rows binned by one share column (1: maxima, 2:
+    exponentials)."""
     out = []
     for lo, hi in BINS:
         lengths = [r[0] for r in rows if lo <= r[column] < hi]
