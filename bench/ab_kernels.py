@@ -12,6 +12,7 @@ Usage: python3 bench/ab_kernels.py --json out.json --impl main=hop:build/src/lib
 import argparse
 import ctypes
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hopattn  # noqa: E402
-from bench_common import interleaved_ms, on_build  # noqa: E402
+from bench_common import interleaved_ms, on_build, positive_int, report_header, rotated, timing_note  # noqa: E402
+from bench_forward import forward_flops  # noqa: E402
 
 HEAD_DIM, HEADS, TOKENS = 128, 16, 16384
 
@@ -63,10 +65,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--impl", action="append", required=True, metavar="NAME=hop:LIB|NAME=fa3:SO")
     parser.add_argument("--seqlens", default="2048,8192,16384")
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=positive_int, default=9)
     parser.add_argument("--rep-ms", type=float, default=900)
+    parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
+    header = report_header(torch, hopattn, args.commit, timing_note(args.rounds))
     impls = implementations(args.impl)
     rows = []
     for seqlen in (int(s) for s in args.seqlens.split(",")):
@@ -82,15 +86,14 @@ def main():
                 reference = o if reference is None else reference
                 difference[name] = float((o - reference).abs().max())
             ms = interleaved_ms({name: (lambda run=run: run(q, k, v, causal)) for name, run in impls.items()},
-                                list(impls), args.rep_ms, args.rounds)
-            flops = 4.0 * batch * HEADS * seqlen * seqlen * HEAD_DIM * (0.5 if causal else 1.0)
+                                rotated(list(impls), len(rows)), args.rep_ms, args.rounds)
+            flops = forward_flops(batch, HEADS, seqlen, HEAD_DIM, causal)
             tflops = {name: (str(t) if isinstance(t, Exception) else flops / (t * 1e-3) / 1e12) for name, t in ms.items()}
             rows.append(dict(seqlen=seqlen, causal=causal, tflops=tflops, max_abs_difference=difference))
             print(f"{seqlen:6d} {'causal' if causal else '      '} "
                   + " ".join(f"{n}={t:.0f}" if isinstance(t, float) else f"{n}={t}" for n, t in tflops.items())
                   + "  max|O - first|: " + " ".join(f"{n}={d:.3g}" for n, d in difference.items()), flush=True)
-    args.json.write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(0), command=" ".join(sys.argv),
-                                         rounds=args.rounds, impls=args.impl, rows=rows), indent=1))
+    args.json.write_text(json.dumps(dict(header, impls=args.impl, rows=rows), indent=1))
 
 
 if __name__ == "__main__":

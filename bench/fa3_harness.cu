@@ -30,7 +30,6 @@ extern "C" int fa3_harness_forward(void* q, void* k, void* v, void* o, float* ls
   p.h_k = kv_heads;
   p.seqlen_q = p.seqlen_k = seqlen;
   p.seqlen_q_rounded = p.seqlen_k_rounded = (seqlen + 127) / 128 * 128;
-  p.total_q = p.total_k = batch * seqlen;
   p.d = p.d_rounded = p.dv = p.dv_rounded = kHeadDim;
   p.scale_softmax = softmax_scale;
   p.p_dropout = p.rp_dropout = 1.f;  // keep probability 1: no dropout

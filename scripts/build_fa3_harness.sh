@@ -2,8 +2,9 @@
 # Builds bench/fa3_harness.cu with FlashAttention-3's bf16 head_dim-128 forward into a shared
 # library for bench/ab_kernels.py, from the tarball scripts/build_fa3_peer.sh takes (FA3's source
 # and pinned CUTLASS, carried in the ignored .peers/). EDIT, when given, is a shell command run in a
-# copy of FA3's hopper/ folder first: a variant of FA3 for an A/B (e.g. a sed of one rule). The
-# features are the peer build's (cluster on); about 90 s on two cores.
+# copy of FA3's hopper/ folder first: a variant of FA3 for an A/B (e.g. a sed of one rule). Of the
+# switches scripts/build_fa3_peer.sh sets, those that shape this one instantiation (cluster on, as
+# there); about 90 s on two cores.
 #   usage: scripts/build_fa3_harness.sh FA3.tar.gz OUT.so ['EDIT']
 set -euo pipefail
 tarball=$1 out=$(realpath -m "$2") edit=${3:-}
@@ -14,7 +15,7 @@ tar xzf "$tarball" -C "$work"
 hopper=$work/fa/hopper
 [[ -z $edit ]] || (cd "$hopper" && eval "$edit") || { echo "build_fa3_harness.sh: the edit failed" >&2; exit 1; }
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-disabled="BACKWARD SPLIT PAGEDKV APPENDKV LOCAL SOFTCAP PACKGQA FP16 FP8 VARLEN HDIM64 HDIM96 HDIM192 HDIM256 SM8x"
+disabled="SPLIT PAGEDKV APPENDKV LOCAL SOFTCAP PACKGQA VARLEN SM8x"
 flags=(-std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I"$hopper" -I"$hopper/../csrc/cutlass/include"
        --expt-relaxed-constexpr --expt-extended-lambda --use_fast_math -DNDEBUG -Xcompiler -fPIC
        -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DCUTLASS_ENABLE_GDC_FOR_SM90 -DCUTLASS_DEBUG_TRACE_LEVEL=0)
