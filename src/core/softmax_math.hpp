@@ -47,6 +47,41 @@ HOPATTN_HOST_DEVICE float fused_softmax_exponent(float score, float scale_log2, 
   return fmaf(score, scale_log2, -scaled_max);
 }
 
+// The SM90 16-bit kernel's use of the same FMA, with no limit inside the key loop: each row's offset
+// is its max times scale_log2 rounded up (scaled_max_rounded_up), so no exponent exceeds 0, and the
+// sums and O are kept relative to exp2(offset) itself (the rescale between key blocks is exp2 of
+// two offsets' difference, offset_log_sum_exp the LSE). The offset's rounding then shifts nothing
+// between blocks: it only puts the largest score's exponent in (-ulp(offset), 0]. While |offset| <
+// kFusedOffsetLimit, that is above -2^-4 (P of the max above 0.95), and the FFMA rounds any
+// exponent above -64 by at most 2^-18. A row whose last offset is beyond (scores of ~8e6 at head_dim
+// 128's default scale, or huge scales) is computed again with softmax_exponent
+// (sm90/kernel/exact_rows.cuh).
+constexpr float kFusedOffsetLimit = 1048576.f;  // 2^20
+
+HOPATTN_HOST_DEVICE bool fused_offset_applies(float offset) {
+  return offset < kFusedOffsetLimit && offset > -kFusedOffsetLimit;  // false for NaN and inf
+}
+
+HOPATTN_HOST_DEVICE float scaled_max_rounded_up(float row_max, float scale_log2) {
+#ifdef __CUDA_ARCH__
+  return __fmul_ru(row_max, scale_log2);
+#else
+  const double exact = double(row_max) * double(scale_log2);  // 48 significant bits: exact
+  const float nearest = float(exact);
+  return double(nearest) < exact ? std::nextafter(nearest, INFINITY) : nearest;
+#endif
+}
+
+// row_log_sum_exp for a sum of exp2(s * scale_log2 - offset): the offset's excess over the scaled
+// max (exact: below one ulp of the offset) is added to the log of the sum, so that the LSE is as
+// precise as row_log_sum_exp's.
+HOPATTN_HOST_DEVICE float offset_log_sum_exp(float row_max, float offset, float row_sum, float softmax_scale,
+                                             float scale_log2) {
+  if (row_sum == 0.f) return -INFINITY;
+  const float excess = -fmaf(row_max, scale_log2, -offset);
+  return row_max * softmax_scale + (excess * kLn2 + logf(row_sum));
+}
+
 // softmax_scale * log2(e), the scale of exponents in base 2, for a scale up to FLT_MAX: the
 // product overflows float32 above 2.4e38, and (score - max) * inf would be NaN for the max score
 // itself. FLT_MAX changes no exponent that exp2 does not already round to 0 or 1.

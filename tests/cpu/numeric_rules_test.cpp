@@ -222,6 +222,63 @@ TEST(SoftmaxRules, FusedExponentStaysNearTheExactOneWhereItApplies) {
   EXPECT_TRUE(fused_exponent_applies(0.f));
 }
 
+// The SM90 16-bit kernel's scheme, emulated block by block in float32: offsets rounded up, P =
+// exp2 of the FFMA against them, the sum rescaled by exp2 of two offsets' difference, the LSE from
+// offset_log_sum_exp. Every P is at most 1, the max's above 0.95 against the last offset, and the
+// LSE and the max's weight match float64 for every last offset below the limit.
+TEST(SoftmaxRules, RowOffsetsKeepTheFusedExponentExactBelowTheirLimit) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> log_scale(-10.f, 10.f), log_offset(-6.f, 20.f), unit(0.f, 1.f);
+  std::normal_distribution<float> normal(0.f, 4.f);
+  int rows = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float softmax_scale = std::exp2(log_scale(rng)), scale_log2 = finite_scale_log2(softmax_scale);
+    const float base = (i % 2 ? -1.f : 1.f) * std::exp2(log_offset(rng)) / scale_log2;
+    std::vector<float> scores;
+    float row_max = -INFINITY, offset = 0.f, row_sum = 0.f;
+    for (int block = 0; block < 4; ++block) {
+      const float rise = float(block) * unit(rng) * 8.f / scale_log2;
+      float block_max = -INFINITY;
+      const size_t first = scores.size();
+      for (int j = 0; j < 32; ++j) {
+        scores.push_back(base + rise + normal(rng) / scale_log2);
+        block_max = std::max(block_max, scores.back());
+      }
+      const float new_max = std::max(row_max, block_max);
+      const float new_offset = scaled_max_rounded_up(new_max, scale_log2);
+      ASSERT_GE(double(new_offset), double(new_max) * scale_log2);
+      ASSERT_LT(double(std::nextafter(new_offset, -INFINITY)), double(new_max) * scale_log2);
+      const float rescale = row_max == -INFINITY ? 0.f : std::exp2(offset - new_offset);
+      row_max = new_max, offset = new_offset;
+      float block_sum = 0.f;
+      for (size_t j = first; j < scores.size(); ++j) {
+        const float p = std::exp2(fused_softmax_exponent(scores[j], scale_log2, offset));
+        ASSERT_LE(p, 1.f);
+        block_sum += p;
+      }
+      row_sum = row_sum * rescale + block_sum;
+    }
+    if (!fused_offset_applies(offset)) continue;
+    ++rows;
+    const float largest_p = std::exp2(fused_softmax_exponent(row_max, scale_log2, offset));
+    EXPECT_GT(largest_p, 0.95f);
+    double exact_sum = 0;
+    for (float s : scores) exact_sum += std::exp((double(s) - double(row_max)) * double(softmax_scale));
+    const double exact_lse = double(row_max) * double(softmax_scale) + std::log(exact_sum);
+    const float lse = offset_log_sum_exp(row_max, offset, row_sum, softmax_scale, scale_log2);
+    EXPECT_NEAR(lse, exact_lse, std::abs(exact_lse) * 4e-7 + 1e-5) << row_max << " " << scale_log2;
+    // The max's weight, exp2(max * scale_log2 - offset) / sum, against float64's.
+    EXPECT_NEAR(largest_p / row_sum, 1.0 / exact_sum, 1e-5 / exact_sum) << row_max << " " << scale_log2;
+  }
+  EXPECT_GT(rows, 15000);
+  for (float offset : {kFusedOffsetLimit, -kFusedOffsetLimit, 1e10f, INFINITY, -INFINITY, NAN}) {
+    EXPECT_FALSE(fused_offset_applies(offset)) << offset;
+  }
+  EXPECT_TRUE(fused_offset_applies(std::nextafter(kFusedOffsetLimit, 0.f)));
+  EXPECT_EQ(offset_log_sum_exp(-INFINITY, 0.f, 0.f, 1.f, kLog2e), -INFINITY);  // no key
+  EXPECT_TRUE(std::isnan(offset_log_sum_exp(1.f, kLog2e, NAN, 1.f, kLog2e)));
+}
+
 // -inf means "this row saw no key" and nothing else; a NaN sum stays NaN.
 TEST(SoftmaxRules, NaNSumGivesNaNNotTheNoKeyValues) {
   EXPECT_EQ(inverse_row_sum(0.f), 0.f);

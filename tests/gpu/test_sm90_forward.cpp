@@ -699,6 +699,48 @@ TEST_F(Sm90Test, Sm90ExtremeValuesHugeSoftmaxScalesMatchTheReference) {
   }
 }
 
+// Scores of ~1e11 with grouped heads, seqlen_q != seqlen_k under the causal mask and padded rows of
+// q: the rows computed again after the key loop (exact_rows.cuh) address q, k and v as the loop does.
+TEST_F(Sm90Test, Sm90ExtremeValuesWithGroupedHeadsUnequalLengthsAndStridesMatchTheReference) {
+  const hopattn_dtype dtype = HOPATTN_DTYPE_BFLOAT16;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    std::mt19937 rng(11);
+    ExtremeCall call{dtype, 300, 520, 4, 128, causal, 0.f};
+    DeviceTensor q(dtype, 1, 300, 4, 128, 8, rng), k(dtype, 1, 520, 2, 128, 0, rng), v(dtype, 1, 520, 2, 128, 0, rng);
+    ASSERT_TRUE(q.device && k.device && v.device);
+    fill_uniform(q, 6e4f, rng);
+    fill_uniform(k, 6e4f, rng);
+    call.run(q, k, v);
+    std::string first;
+    EXPECT_EQ(call.bad_rows(output_tolerance(dtype), 1e-4, first), 0) << "of 1200; first: " << first;
+  }
+}
+
+// The key loop runs from the last key block to the first. Keys from 700 on give every row scores
+// below -1e9 (q >= 0, those keys <= -1e4), so a row's first offsets lie far outside the fused
+// exponent's range and its last ones inside: nothing is computed again, and those keys weigh nothing.
+TEST_F(Sm90Test, Sm90ExtremeValuesFirstKeyBlocksFarBelowTheRestWeighNothing) {
+  const hopattn_dtype dtype = HOPATTN_DTYPE_BFLOAT16;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    std::mt19937 rng(13);
+    ExtremeCall call{dtype, 1000, 1000, 2, 128, causal, 0.f};
+    DeviceTensor q(dtype, 1, 1000, 2, 128, 0, rng), k(dtype, 1, 1000, 2, 128, 0, rng), v(dtype, 1, 1000, 2, 128, 0, rng);
+    ASSERT_TRUE(q.device && k.device && v.device);
+    std::uniform_real_distribution<float> uniform(1e4f, 7e4f);
+    for (auto& bits : q.host) bits &= 0x7fff;  // |q|: the sign bit cleared
+    for (size_t at = size_t(700) * 2 * 128; at < k.host.size(); ++at) {
+      k.host[at] = hopattn::from_float<hopattn::bfloat16>(-uniform(rng)).bits;
+    }
+    ASSERT_CUDA(cudaMemcpy(q.device, q.host.data(), q.host.size() * 2, cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(k.device, k.host.data(), k.host.size() * 2, cudaMemcpyHostToDevice));
+    call.run(q, k, v);
+    std::string first;
+    EXPECT_EQ(call.bad_rows(output_tolerance(dtype), 1e-4, first), 0) << "of 2000; first: " << first;
+  }
+}
+
 // NaN in one element of q row 5 or of k or v row 150: O and LSE of exactly the rows that see it are
 // NaN (for v only O's column; the LSE does not read v), every other row is the reference's. The
 // one exception is the SM90 backend's documented one: NaN or inf in v reaches the rows of the same

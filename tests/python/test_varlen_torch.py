@@ -102,6 +102,20 @@ def test_cuda_tensors(dtype, causal, heads, head_dim):
 
 
 @requires_hopper
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cuda_scores_of_1e8_in_one_sequence(causal):
+    # The last sequence's scores reach ~1e8, beyond the fused exponent's range: the kernel computes
+    # its rows again from the packed tensors (exact_rows.cuh), the other sequences' rows stay as they are.
+    q, k, v, cu_q, cu_k, max_q, max_k = packed(LENGTHS, 4, 2, 128, torch.bfloat16, "cuda")
+    q[int(cu_q[-2]):] *= 3e3
+    k[int(cu_k[-2]):] *= 3e3
+    out, lse = hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    assert float(lse.abs().max()) > 1e6
+    check(out, lse, q, k, v, cu_q, cu_k, causal)
+
+
+@requires_hopper
 def test_cuda_seqused_k():
     q, k, v, cu_q, cu_k, max_q, max_k = packed(LENGTHS, 4, 2, 128, torch.bfloat16, "cuda")
     used = torch.tensor([40, 0, 17, 1, 0, 100], dtype=torch.int32, device="cuda")

@@ -133,9 +133,13 @@ struct ForwardKernel {
         Tensor output = partition_fragment_C(mma_pv, Shape<Int<Config::kBlockM>, Int<Config::kHeadDim>>{});
         constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
         RowVector<kRows> lse;
-        Mainloop::mma(params.mainloop, shared, k_pipeline, pv_operand_pipeline(v_pipeline, vt_pipeline), read_state,
-                      work.coord, work.seq, work.mask, work.key_block_end, work_idx, thread_idx, output, lse,
-                      timeline);
+        const bool in_range =
+            Mainloop::mma(params.mainloop, shared, k_pipeline, pv_operand_pipeline(v_pipeline, vt_pipeline),
+                          read_state, work.coord, work.seq, work.mask, work.key_block_end, work_idx, thread_idx,
+                          output, lse, timeline);
+        if (!__all_sync(0xffffffff, in_range)) {
+          Mainloop::recompute_exact_rows(params.mainloop, work.coord, work.seq, thread_idx, output, lse);
+        }
         timeline.stamp(TimelineEvent::kMainloopDone);
         Epilogue::store(params.epilogue, Mainloop::output_buffer(shared), shared.output_drained, work.coord,
                         work.seq, thread_idx, output, lse);

@@ -29,6 +29,7 @@
 
 #include "core/fast_divisor.hpp"
 #include "core/problem.hpp"
+#include "sm90/kernel/exact_rows.cuh"
 #include "sm90/kernel/mask.cuh"
 #include "sm90/kernel/matrix_stores.hpp"
 #include "sm90/kernel/named_barriers.hpp"
@@ -51,6 +52,8 @@ struct ForwardMainloop {
   using PipelineState = typename Config::PipelineState;
   using TransposePipeline = typename Config::TransposePipeline;
   static constexpr bool kFp8 = Config::kFp8;
+  // 16-bit: rows whose scores leave the fused exponent's range are computed again (exact_rows.cuh).
+  static constexpr bool kExactRows = !kFp8;
   using Mask = BlockMask<Config::kBlockM, Config::kBlockN, kCausal, /*kShiftedKeys=*/kFp8>;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
@@ -127,6 +130,7 @@ struct ForwardMainloop {
     int key_alignment;
   };
   struct NoDescales {};
+  struct NoExactRowsInputs {};
 
   struct Params {
     GmemShape shape_q, shape_kv, shape_v;
@@ -137,6 +141,7 @@ struct ForwardMainloop {
     int heads_per_kv_head;
     float softmax_scale;
     conditional_t<kFp8, Fp8Descales, NoDescales> descales;
+    conditional_t<kExactRows, ExactRowsInputs<Element>, NoExactRowsInputs> exact_rows_inputs;
   };
 
   // `Problem`: ForwardProblem, or Fp8ForwardProblem for FP8 inputs.
@@ -165,6 +170,10 @@ struct ForwardMainloop {
     params.seqlens = p.seqlens;
     params.heads_per_kv_head = int(p.heads_per_kv_head());
     params.softmax_scale = p.softmax_scale;
+    if constexpr (kExactRows) {
+      params.exact_rows_inputs = {static_cast<Element const*>(p.q), static_cast<Element const*>(p.k),
+                                  static_cast<Element const*>(p.v), p.q_stride, p.k_stride, p.v_stride};
+    }
     if constexpr (kFp8) {
       // Rows are 32-bit on this backend (sm90_rules.cpp); a block of 2^31 rows or more holds them all.
       const int rows_per_scale = int(std::min<int64_t>(p.k_scales.rows_per_scale(), INT32_MAX));
@@ -374,13 +383,15 @@ struct ForwardMainloop {
   __device__ static float usable_scale(float scale) { return scale > 0.f ? scale : __int_as_float(0x7fffffff); }
 
   // Run by every consumer thread; `thread_idx` counts from 0 over the consumer warpgroups. Returns
-  // with the normalised output in `output` and the per-row log-sum-exp in `lse`.
+  // with the normalised output in `output` and the per-row log-sum-exp in `lse`, and whether the
+  // thread's rows stayed in the fused exponent's range (always true for FP8); where a warp's did
+  // not, recompute_exact_rows must follow.
   // `v_pipeline` hands over the B operand of P V: V blocks (the TMA pipeline) for 16-bit inputs,
   // V^T blocks (the transpose pipeline) for FP8.
   // Inlined with its step lambdas: at FP8 head_dim 256's 128 x 128 tile ptxas otherwise keeps a
   // lambda a real call, with a stack frame of some 900 bytes in the key loop.
   template <class PvPipeline, class TensorO, class RowStats>
-  __device__ __forceinline__ static void mma(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
+  __device__ __forceinline__ static bool mma(Params const& params, SharedStorage& shared, Pipeline& k_pipeline,
                                              PvPipeline& v_pipeline, PipelineState& read_state,
                                              PairBlock const& tile, Sequence const& seq, Mask const& mask,
                                              int key_block_end, int work_idx, int thread_idx, TensorO& output,
@@ -549,6 +560,28 @@ struct ForwardMainloop {
     v_pipeline.consumer_release(v_state);
 
     lse = softmax.finalize(output, params.softmax_scale, kFp8 ? usable_scale(v_descale) : v_descale);
+    return softmax.offsets_in_range();
+  }
+
+  // The tile's rows of this thread's warp again, exactly (exact_rows.cuh): output and lse as mma's.
+  template <class TensorO, class RowStats>
+  __device__ static void recompute_exact_rows(Params const& params, PairBlock const& tile, Sequence const& seq,
+                                              int thread_idx, TensorO& output, RowStats& lse) {
+    if constexpr (kExactRows) {
+      typename Config::TiledMmaPV mma_pv;
+      Tensor coords = mma_pv.get_thread_slice(thread_idx).partition_C(
+          make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+      using OutputLayout = decltype(output.layout());
+      constexpr int kRows = decltype(size<0>(accumulator_rows_cols(OutputLayout{})))::value;
+      float values[cosize_v<OutputLayout>], lse_values[kRows];
+      exact_rows<Element, OutputLayout>(params.exact_rows_inputs, seq, tile.head,
+                                        tile.head / params.heads_per_kv_head, tile.block * kBlockM, kCausal,
+                                        params.softmax_scale, coords, values, lse_values);
+      CUTE_UNROLL
+      for (int i = 0; i < size(output); ++i) output(i) = values[OutputLayout{}(i)];
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) lse(r) = lse_values[r];
+    }
   }
 
   // P in the element type of P V, laid out (16-bit) as the accumulator or (FP8) as the operand.

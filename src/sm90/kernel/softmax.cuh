@@ -28,8 +28,18 @@ using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 // computed as exp2(exponent + kPLog2Offset), in [0, 256] rather than [0, 1]: e4m3 is normal from
 // 2^-6, which then holds P down to 2^-14 of the row's max with its full 3-bit mantissa instead of
 // 2^-6. The row sum carries the same factor, which cancels in O and is taken out of the LSE.
+//
+// The exponent is FlashAttention's one FFMA per score (fused_softmax_exponent) in two schemes:
+//  - 16-bit (kRowOffsets): always, against each row's offset, the scaled max rounded up, with the
+//    sums and O kept relative to the offset itself (core/softmax_math.hpp); no vote and no second
+//    form in the key loop. After the last step, a warp with a row whose offset is out of
+//    fused_offset_applies' range computes its rows again (offsets_in_range, exact_rows.cuh).
+//  - FP8: per step, while every row of the warp has |max * scale_log2| < kFusedExponentLimit, with
+//    the sums relative to the max; otherwise softmax_exponent's FADD and FMUL, exact at any
+//    magnitude. (FP8's exact rows would have to dequantise; until then it keeps the vote.)
 template <int kRows, bool kFp8 = false, int kScaleChunks = 1>
 struct OnlineSoftmax {
+  static constexpr bool kRowOffsets = !kFp8;
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;
   static constexpr float kPOffsetInverse = kFp8 ? 1.f / 256.f : 1.f;  // 2^-kPLog2Offset
   using ChunkScales = cute::array<float, kScaleChunks>;
@@ -38,15 +48,18 @@ struct OnlineSoftmax {
   // partial sum; the quad's partials are combined once at the end since every step rescales them
   // by the same factor.
   RowVector<kRows> row_max, row_sum;
+  RowVector<kRows> row_offset;  // kRowOffsets: scaled_max_rounded_up of the max (0 while it is -inf)
   float scale_log2;
 
   __device__ explicit OnlineSoftmax(float softmax_scale) : scale_log2(finite_scale_log2(softmax_scale)) {
     fill(row_max, -INFINITY);
     fill(row_sum, 0.f);
+    fill(row_offset, 0.f);
   }
 
-  // Turns the scores into P = exp(scale * (S - max)) in place and returns, per row, the factor by
-  // which the output accumulated so far must be rescaled for the new row maxima. The maxima of all
+  // Turns the scores into P = exp(scale * (S - max)) (16-bit: exp2(S * scale_log2 - offset)) in
+  // place and returns, per row, the factor by which the output accumulated so far must be rescaled
+  // for the new row maxima. The maxima of all
   // rows first, then the exponentials, so the max shuffles of every row are in flight together.
   // `row_descale`, `chunk_descale` (kFp8 only): the positive factors from the scores to true
   // scores; a NaN makes its scores NaN. The quad's lanes hold the same columns' chunks.
@@ -118,19 +131,23 @@ struct OnlineSoftmax {
       block_max = quad_allreduce(block_max, [](float a, float b) { return fmaxf(a, b); });
       if constexpr (kFp8) block_max *= row_scales(r);
       const float new_max = fmaxf(row_max(r), block_max);
-      rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
+      if constexpr (kRowOffsets) {
+        const float offset = scaled_max_rounded_up(exponent_row_max(new_max), scale_log2);
+        rescale(r) = row_max(r) == -INFINITY ? 0.f : exp2f(row_offset(r) - offset);
+        row_offset(r) = offset;
+      } else {
+        rescale(r) = bounded_rescale_factor(row_max(r), new_max, scale_log2);
+        max_or_zero(r) = exponent_row_max(new_max);
+        fused &= fused_exponent_applies(max_or_zero(r) * scale_log2);
+      }
       row_max(r) = new_max;
-      max_or_zero(r) = exponent_row_max(new_max);
-      fused &= fused_exponent_applies(max_or_zero(r) * scale_log2);
     }
     maxima_done();
-    // One FFMA per score (fused_softmax_exponent) while every row of the warp has a max small
-    // enough for it; otherwise an FADD and an FMUL (softmax_exponent), exact at any magnitude.
     // FP8 folds the descales into the FFMA's factor, and the exact form multiplies them in first.
     auto exponentiate = [&](auto exponent_of) CUTLASS_LAMBDA_FUNC_INLINE {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const float shifted_max = max_or_zero(r) * scale_log2 - kPLog2Offset;
+        const float shifted_max = kRowOffsets ? row_offset(r) : max_or_zero(r) * scale_log2 - kPLog2Offset;
         float chain_sum[kChains];
         CUTE_UNROLL
         for (int k = 0; k < kChains; ++k) chain_sum[k] = 0.f;
@@ -151,7 +168,7 @@ struct OnlineSoftmax {
       }
     };
     const float c = scale_log2;
-    if (__all_sync(0xffffffff, fused)) {
+    if (kRowOffsets || __all_sync(0xffffffff, fused)) {  // 16-bit: no vote
       exponentiate([c](float score, int, float descale, float shifted_max) {
         return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
       });
@@ -175,20 +192,33 @@ struct OnlineSoftmax {
 
   template <class TensorO>
   __device__ __forceinline__ static void rescale_output(TensorO& output, RowVector<kRows> const& rescale) {
-    bool needed = false;
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) needed |= rescale(r) != 1.f;
-    // The factor is exactly 1 when a row's max did not grow: the warp skips the multiplies when
-    // none of its 16 rows grew. With the exact max that is about half the steps on N(0, 1) inputs
-    // at 8k and a fifth on the outlier inputs (bench/softmax_numerics.py); v8 measured no speed
-    // change from it. A stale max would skip nearly all, but cost 14% RMSE (performance log v7).
-    if (!__any_sync(0xffffffff, needed)) return;
+    // FP8: the factor is exactly 1 when a row's max did not grow, and the warp skips the multiplies
+    // when none of its 16 rows grew: about half the steps on N(0, 1) inputs at 8k and a fifth on
+    // the outlier inputs (bench/softmax_numerics.py). 16-bit multiplies always: without the
+    // exponent's vote, the rescale's vote cost more than it saved (performance log, seventeenth
+    // session).
+    if constexpr (!kRowOffsets) {
+      bool needed = false;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) needed |= rescale(r) != 1.f;
+      if (!__any_sync(0xffffffff, needed)) return;
+    }
     Tensor o = make_tensor(output.data(), accumulator_rows_cols(output.layout()));
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale(r);
     }
+  }
+
+  // kRowOffsets: whether every row's last offset passes fused_offset_applies, read after the last
+  // step. The earlier offsets need no check: they grow with the max, so a step that weighs more
+  // than 2^-64 against the last offset had an offset within 64 of it, as precise as the last.
+  __device__ __forceinline__ bool offsets_in_range() const {
+    bool in_range = true;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) in_range &= !kRowOffsets || fused_offset_applies(row_offset(r));
+    return in_range;
   }
 
   // Divides the output by the row sums, times `output_scale` (FP8: V's scale), and returns, per
@@ -202,7 +232,8 @@ struct OnlineSoftmax {
       const float sum = quad_allreduce(row_sum(r), [](float a, float b) { return a + b; });
       const float inverse = inverse_row_sum(sum);
       const float factor = kFp8 && inverse != 0.f ? inverse * output_scale : inverse;
-      lse(r) = row_log_sum_exp(row_max(r), sum * kPOffsetInverse, softmax_scale);
+      lse(r) = kRowOffsets ? offset_log_sum_exp(row_max(r), row_offset(r), sum, softmax_scale, scale_log2)
+                           : row_log_sum_exp(row_max(r), sum * kPOffsetInverse, softmax_scale);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(o); ++c) o(r, c) *= factor;
     }
