@@ -111,7 +111,8 @@ def test_cuda_scores_of_1e8_in_one_sequence(causal):
     k[int(cu_k[-2]):] *= 3e3
     out, lse = hopattn.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, return_lse=True)
     torch.cuda.synchronize()
-    assert float(lse.abs().max()) > 1e6
+    last = lse[:, int(cu_q[-2]):]
+    assert float(last[last.isfinite()].abs().max()) > 1e6  # the scores are that large
     check(out, lse, q, k, v, cu_q, cu_k, causal)
 
 

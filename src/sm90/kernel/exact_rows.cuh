@@ -1,6 +1,6 @@
 // The 16-bit forward's rare path: the rows of a warp whose scores left the fused exponent's range
-// (a row offset beyond core/softmax_math.hpp's kFusedOffsetLimit: scores of ~1e7 at the default
-// scale, or huge scales) are computed again here from global memory, one key at a time, with
+// (a row offset beyond core/softmax_math.hpp's kFusedOffsetLimit: scores of ~8e6 at head_dim 128's
+// default scale, or huge scales) are computed again here from global memory, one key at a time, with
 // softmax_exponent in float32 throughout, as the CPU backend computes them. No tensor cores and no
 // shared memory: slow, and it leaves the key loop with no second form of the exponent to carry.
 #pragma once

@@ -59,8 +59,8 @@ struct OnlineSoftmax {
 
   // Turns the scores into P = exp(scale * (S - max)) (16-bit: exp2(S * scale_log2 - offset)) in
   // place and returns, per row, the factor by which the output accumulated so far must be rescaled
-  // for the new row maxima. The maxima of all
-  // rows first, then the exponentials, so the max shuffles of every row are in flight together.
+  // for the new row maxima. The maxima of all rows first, then the exponentials, so the max
+  // shuffles of every row are in flight together.
   // `row_descale`, `chunk_descale` (kFp8 only): the positive factors from the scores to true
   // scores; a NaN makes its scores NaN. The quad's lanes hold the same columns' chunks.
   // `maxima_done` runs between the two phases (a timeline build's stamp; nothing otherwise).
