@@ -1,17 +1,23 @@
-// FlashAttention-3's bf16 head_dim-128 forward called without torch, for A/Bs against FA3 itself:
-// its kernel built from its source (scripts/build_fa3_harness.sh), unchanged or with one edit, and
-// timed beside hopattn's builds by bench/ab_kernels.py. The parameters are those FA3's mha_fwd sets
-// for fixed-length batches in (batch, seqlen, heads, 128) layout without splits, paging or softcap.
+// FlashAttention-3's bf16 head_dim-128 forward and backward called without torch, for A/Bs against
+// FA3 itself: its kernels built from its source (scripts/build_fa3_harness.sh), unchanged or with one
+// edit, and timed beside hopattn's builds by bench/ab_kernels.py. The parameters are those FA3's
+// mha_fwd and mha_bwd set for fixed-length batches in (batch, seqlen, heads, 128) layout without
+// splits, paging or softcap; the backward's for equal head counts, not deterministic.
+#include <cstddef>
+
 #include <cuda_runtime.h>
 #include <cutlass/numeric_types.h>
 
 #include "flash.h"
 
+namespace {
+constexpr int kHeadDim = 128;
+}  // namespace
+
 // Returns 0, 1 where the semaphore could not be cleared, 2 where the launch failed.
 extern "C" int fa3_harness_forward(void* q, void* k, void* v, void* o, float* lse, int batch, int seqlen,
                                    int heads, int kv_heads, int causal, int* tile_semaphore, int num_sm,
                                    float softmax_scale, cudaStream_t stream) {
-  constexpr int kHeadDim = 128;
   Flash_fwd_params p = {};
   p.is_bf16 = true;
   p.q_ptr = q;
@@ -47,5 +53,89 @@ extern "C" int fa3_harness_forward(void* q, void* k, void* v, void* o, float* ls
     p.tile_count_semaphore = tile_semaphore;
   }
   run_mha_fwd_<90, cutlass::bfloat16_t, kHeadDim, kHeadDim, false, false, false, false>(p, stream);
+  return cudaGetLastError() == cudaSuccess ? 0 : 2;
+}
+
+namespace {
+
+constexpr size_t kAlignment = 256;
+
+size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+// mha_bwd's buffers beside the gradients, for head_dim 128: its key blocks are 128 keys, its query
+// blocks 64 rows causal and 80 otherwise.
+struct BackwardWorkspace {
+  int block_m, seqlen_q_rounded;
+  size_t row_floats, dq_accum_floats, semaphore_ints;
+
+  BackwardWorkspace(int batch, int seqlen, int heads, bool causal) {
+    block_m = causal ? 64 : 80;
+    seqlen_q_rounded = (seqlen + block_m - 1) / block_m * block_m;
+    row_floats = size_t(batch) * heads * seqlen_q_rounded;  // D = rowsum(dO * O), and the LSE in log2
+    dq_accum_floats = row_floats * kHeadDim;
+    semaphore_ints = size_t((seqlen + block_m - 1) / block_m) * batch * heads;
+  }
+  size_t bytes() const {
+    return 2 * aligned(row_floats * 4) + aligned(dq_accum_floats * 4) + aligned(semaphore_ints * 4);
+  }
+};
+
+}  // namespace
+
+extern "C" size_t fa3_harness_backward_workspace_bytes(int batch, int seqlen, int heads, int causal) {
+  return BackwardWorkspace(batch, seqlen, heads, causal != 0).bytes();
+}
+
+// `workspace`: fa3_harness_backward_workspace_bytes of device memory, used as mha_bwd's torch::empty
+// buffers are (FA3's preprocess clears dQ's accumulator). Returns 0, or 2 where the launch failed.
+extern "C" int fa3_harness_backward(void* q, void* k, void* v, void* o, void* d_o, float* lse, void* dq, void* dk,
+                                    void* dv, int batch, int seqlen, int heads, int causal, int num_sm,
+                                    float softmax_scale, void* workspace, cudaStream_t stream) {
+  const BackwardWorkspace w(batch, seqlen, heads, causal != 0);
+  char* next = static_cast<char*>(workspace);
+  auto take = [&](size_t bytes) {
+    void* taken = next;
+    next += aligned(bytes);
+    return taken;
+  };
+  Flash_bwd_params p = {};
+  p.is_bf16 = true;
+  p.q_ptr = q;
+  p.k_ptr = k;
+  p.v_ptr = v;
+  p.o_ptr = o;
+  p.do_ptr = d_o;
+  p.dq_ptr = dq;
+  p.dk_ptr = dk;
+  p.dv_ptr = dv;
+  p.softmax_lse_ptr = lse;
+  const int64_t row_stride = int64_t(heads) * kHeadDim, batch_stride = int64_t(seqlen) * row_stride;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = row_stride;
+  p.do_row_stride = p.dq_row_stride = p.dk_row_stride = p.dv_row_stride = row_stride;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = kHeadDim;
+  p.do_head_stride = p.dq_head_stride = p.dk_head_stride = p.dv_head_stride = kHeadDim;
+  p.v_dim_stride = 1;
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = batch_stride;
+  p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = batch_stride;
+  p.b = batch;
+  p.h = p.h_k = heads;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.seqlen_q_rounded = w.seqlen_q_rounded;
+  p.seqlen_k_rounded = (seqlen + 127) / 128 * 128;
+  p.total_q = p.total_k = batch * seqlen;
+  p.d = p.d_rounded = p.dv = p.dv_rounded = kHeadDim;
+  p.scale_softmax = softmax_scale;
+  p.p_dropout = p.rp_dropout = 1.f;  // keep probability 1: no dropout
+  p.p_dropout_in_uint8_t = 255;
+  p.is_causal = causal != 0;
+  p.window_size_left = seqlen - 1;
+  p.window_size_right = causal ? 0 : seqlen - 1;
+  p.arch = 90;
+  p.num_sm = num_sm;
+  p.dsoftmax_sum = take(w.row_floats * 4);
+  p.softmax_lse_log2_ptr = take(w.row_floats * 4);
+  p.dq_accum_ptr = take(w.dq_accum_floats * 4);
+  p.dq_semaphore = static_cast<int*>(take(w.semaphore_ints * 4));
+  run_mha_bwd_<90, cutlass::bfloat16_t, kHeadDim, false>(p, stream);
   return cudaGetLastError() == cudaSuccess ? 0 : 2;
 }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds bench/fa3_harness.cu with FlashAttention-3's bf16 head_dim-128 forward into a shared
+# Builds bench/fa3_harness.cu with FlashAttention-3's bf16 head_dim-128 forward and backward into a shared
 # library for bench/ab_kernels.py, from the tarball scripts/build_fa3_peer.sh takes (FA3's source
 # and pinned CUTLASS, carried in the ignored .peers/). EDIT, when given, is a shell command run in a
 # copy of FA3's hopper/ folder first: a variant of FA3 for an A/B (e.g. a sed of one rule). Of the
 # switches scripts/build_fa3_peer.sh sets, those that shape this one instantiation (cluster on, as
-# there); about 90 s on two cores.
+# there); about 4 minutes on two cores.
 #   usage: scripts/build_fa3_harness.sh FA3.tar.gz OUT.so ['EDIT']
 set -euo pipefail
 tarball=$1 out=$(realpath -m "$2") edit=${3:-}
@@ -21,6 +21,7 @@ flags=(-std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I"$hopper" -I"$hopp
        -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DCUTLASS_ENABLE_GDC_FOR_SM90 -DCUTLASS_DEBUG_TRACE_LEVEL=0)
 for feature in $disabled; do flags+=(-DFLASHATTENTION_DISABLE_$feature); done
 "$nvcc" "${flags[@]}" -c -o "$work/forward.o" "$hopper/instantiations/flash_fwd_hdim128_bf16_sm90.cu"
+"$nvcc" "${flags[@]}" -c -o "$work/backward.o" "$hopper/instantiations/flash_bwd_hdim128_bf16_sm90.cu"
 "$nvcc" "${flags[@]}" -c -o "$work/harness.o" "$root/bench/fa3_harness.cu"
-"$nvcc" -shared -cudart static -o "$out" "$work/forward.o" "$work/harness.o"
+"$nvcc" -shared -cudart static -o "$out" "$work/forward.o" "$work/backward.o" "$work/harness.o"
 echo "$out"
