@@ -12,13 +12,11 @@
 
 namespace {
 constexpr int kHeadDim = 128;
-}  // namespace
 
-// Returns 0, 1 where the semaphore could not be cleared, 2 where the launch failed.
-extern "C" int fa3_harness_forward(void* q, void* k, void* v, void* o, float* lse, int batch, int seqlen,
-                                   int heads, int kv_heads, int causal, int* tile_semaphore, int num_sm,
-                                   float softmax_scale, cudaStream_t stream) {
-  Flash_fwd_params p = {};
+// What mha_fwd and mha_bwd both set (set_params_fprop): q, k, v, o and the LSE in (batch, seqlen,
+// heads, 128) layout, the lengths, the scale, no dropout, the causal mask or none.
+void set_forward_fields(Flash_fwd_params& p, void* q, void* k, void* v, void* o, float* lse, int batch, int seqlen,
+                        int heads, int kv_heads, bool causal, int num_sm, float softmax_scale) {
   p.is_bf16 = true;
   p.q_ptr = q;
   p.k_ptr = k;
@@ -31,7 +29,7 @@ extern "C" int fa3_harness_forward(void* q, void* k, void* v, void* o, float* ls
   p.v_dim_stride = 1;
   p.q_batch_stride = p.o_batch_stride = int64_t(seqlen) * p.q_row_stride;
   p.k_batch_stride = p.v_batch_stride = int64_t(seqlen) * p.k_row_stride;
-  p.b = p.b_k = batch;
+  p.b = batch;
   p.h = heads;
   p.h_k = kv_heads;
   p.seqlen_q = p.seqlen_k = seqlen;
@@ -40,11 +38,21 @@ extern "C" int fa3_harness_forward(void* q, void* k, void* v, void* o, float* ls
   p.scale_softmax = softmax_scale;
   p.p_dropout = p.rp_dropout = 1.f;  // keep probability 1: no dropout
   p.p_dropout_in_uint8_t = 255;
-  p.is_causal = causal != 0;
+  p.is_causal = causal;
   p.window_size_left = seqlen - 1;
   p.window_size_right = causal ? 0 : seqlen - 1;
   p.arch = 90;
   p.num_sm = num_sm;
+}
+}  // namespace
+
+// Returns 0, 1 where the semaphore could not be cleared, 2 where the launch failed.
+extern "C" int fa3_harness_forward(void* q, void* k, void* v, void* o, float* lse, int batch, int seqlen,
+                                   int heads, int kv_heads, int causal, int* tile_semaphore, int num_sm,
+                                   float softmax_scale, cudaStream_t stream) {
+  Flash_fwd_params p = {};
+  set_forward_fields(p, q, k, v, o, lse, batch, seqlen, heads, kv_heads, causal != 0, num_sm, softmax_scale);
+  p.b_k = batch;
   p.num_splits = 1;
   p.varlen_sort_batches = true;
   p.head_swizzle = p.is_causal;
@@ -99,39 +107,17 @@ extern "C" int fa3_harness_backward(void* q, void* k, void* v, void* o, void* d_
     return taken;
   };
   Flash_bwd_params p = {};
-  p.is_bf16 = true;
-  p.q_ptr = q;
-  p.k_ptr = k;
-  p.v_ptr = v;
-  p.o_ptr = o;
+  set_forward_fields(p, q, k, v, o, lse, batch, seqlen, heads, heads, causal != 0, num_sm, softmax_scale);
+  p.seqlen_q_rounded = w.seqlen_q_rounded;  // the backward's query blocks, not 128
+  p.total_q = p.total_k = batch * seqlen;
+  // dO, dQ, dK and dV in q's layout.
   p.do_ptr = d_o;
   p.dq_ptr = dq;
   p.dk_ptr = dk;
   p.dv_ptr = dv;
-  p.softmax_lse_ptr = lse;
-  const int64_t row_stride = int64_t(heads) * kHeadDim, batch_stride = int64_t(seqlen) * row_stride;
-  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = row_stride;
-  p.do_row_stride = p.dq_row_stride = p.dk_row_stride = p.dv_row_stride = row_stride;
-  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = kHeadDim;
+  p.do_row_stride = p.dq_row_stride = p.dk_row_stride = p.dv_row_stride = p.q_row_stride;
   p.do_head_stride = p.dq_head_stride = p.dk_head_stride = p.dv_head_stride = kHeadDim;
-  p.v_dim_stride = 1;
-  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = batch_stride;
-  p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = batch_stride;
-  p.b = batch;
-  p.h = p.h_k = heads;
-  p.seqlen_q = p.seqlen_k = seqlen;
-  p.seqlen_q_rounded = w.seqlen_q_rounded;
-  p.seqlen_k_rounded = (seqlen + 127) / 128 * 128;
-  p.total_q = p.total_k = batch * seqlen;
-  p.d = p.d_rounded = p.dv = p.dv_rounded = kHeadDim;
-  p.scale_softmax = softmax_scale;
-  p.p_dropout = p.rp_dropout = 1.f;  // keep probability 1: no dropout
-  p.p_dropout_in_uint8_t = 255;
-  p.is_causal = causal != 0;
-  p.window_size_left = seqlen - 1;
-  p.window_size_right = causal ? 0 : seqlen - 1;
-  p.arch = 90;
-  p.num_sm = num_sm;
+  p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = p.q_batch_stride;
   p.dsoftmax_sum = take(w.row_floats * 4);
   p.softmax_lse_log2_ptr = take(w.row_floats * 4);
   p.dq_accum_ptr = take(w.dq_accum_floats * 4);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds bench/fa3_harness.cu with FlashAttention-3's bf16 head_dim-128 forward and backward into a shared
-# library for bench/ab_kernels.py, from the tarball scripts/build_fa3_peer.sh takes (FA3's source
-# and pinned CUTLASS, carried in the ignored .peers/). EDIT, when given, is a shell command run in a
-# copy of FA3's hopper/ folder first: a variant of FA3 for an A/B (e.g. a sed of one rule). Of the
-# switches scripts/build_fa3_peer.sh sets, those that shape this one instantiation (cluster on, as
-# there); about 4 minutes on two cores.
+# Builds bench/fa3_harness.cu with FlashAttention-3's bf16 head_dim-128 forward and backward into
+# a shared library for bench/ab_kernels.py, from the tarball scripts/build_fa3_peer.sh takes (FA3's
+# source and pinned CUTLASS, carried in the ignored .peers/). EDIT, when given, is a shell command
+# run in a copy of FA3's hopper/ folder first: a variant of FA3 for an A/B (e.g. a sed of one rule).
+# Of the switches scripts/build_fa3_peer.sh sets, those that shape these two instantiations (cluster
+# on, as there); about 3 minutes on two cores.
 #   usage: scripts/build_fa3_harness.sh FA3.tar.gz OUT.so ['EDIT']
 set -euo pipefail
 tarball=$1 out=$(realpath -m "$2") edit=${3:-}
