@@ -86,7 +86,7 @@ ptxas_report() {  # registers, spills and stack of every kernel, from this machi
   if [[ -n "${DEVICE_BUILD:-}" ]]; then
     cp "$DEVICE_BUILD/ptxas_report.txt" "$LOGS/"
   else
-    grep -E "Compiling entry|Used [0-9]+ registers|stack frame" "$LOGS/build_all.log" 2>/dev/null | sed 's/^ *//' >"$LOGS/ptxas_report.txt"
+    grep -E "Compiling entry|Function properties|Used [0-9]+ registers|stack frame" "$LOGS/build_all.log" 2>/dev/null | sed 's/^ *//' >"$LOGS/ptxas_report.txt"
   fi
 }
 

@@ -25,7 +25,7 @@ def entries(lines):
         line = line.strip()
         if "Compiling entry" in line:
             name = line
-        if name and re.search(r"Compiling entry|Used [0-9]+ registers|stack frame", line):
+        if name and re.search(r"Compiling entry|Function properties|Used [0-9]+ registers|stack frame", line):
             blocks.setdefault(name, []).append(line)
     return blocks
 merged = entries(report.read_text().splitlines()) if report.exists() else {}
