@@ -11,6 +11,7 @@
 // included. Tests of a float's class go through its bits for the same reason.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/dtype.hpp"
@@ -64,6 +65,11 @@ HOPATTN_HOST_DEVICE bool is_finite_bits(float value) { return (bits_of(value) & 
 // The NaN a NaN scale is written as, whichever NaN the amax was (x86 and the GPU propagate
 // different payloads): so that both backends' scales agree in every bit.
 constexpr uint32_t kFp8ScaleNaNBits = 0x7fc00000u;
+
+// A scale as the SM90 FP8 kernel reads it: one that is not positive (zero, negative or NaN), which
+// validation cannot see on that backend, becomes NaN, so that the rows it scales come out NaN rather
+// than silently wrong.
+HOPATTN_HOST_DEVICE float usable_scale(float scale) { return scale > 0.f ? scale : NAN; }
 
 // The scale of a block of values from its amax, the largest |value| of the block (NaN if any value
 // is NaN, +inf if any is infinite and none NaN):

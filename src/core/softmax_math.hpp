@@ -35,8 +35,8 @@ HOPATTN_HOST_DEVICE float softmax_exponent(float score, float row_max, float sca
 // by the same amount, up to half an ulp of scaled_max: which cancels in O except between key blocks,
 // and is at most 2^-14 while |scaled_max| < kFusedExponentLimit (a relative 1e-5 in P, against the
 // 2^-9 of rounding P to bf16 for P V). Beyond the limit the shift grows without bound (+128 at 2^32:
-// inf), so the SM90 kernel takes this form only where fused_exponent_applies, softmax_exponent
-// elsewhere.
+// inf), so the SM90 kernels without row offsets (below; FP8 head_dim 128 and 256) take this form
+// only where fused_exponent_applies, softmax_exponent elsewhere.
 constexpr float kFusedExponentLimit = 1024.f;
 
 HOPATTN_HOST_DEVICE bool fused_exponent_applies(float scaled_max) {
@@ -47,14 +47,17 @@ HOPATTN_HOST_DEVICE float fused_softmax_exponent(float score, float scale_log2, 
   return fmaf(score, scale_log2, -scaled_max);
 }
 
-// The SM90 16-bit kernel's use of the same FMA, with no limit inside the key loop: each row's offset
-// is its max times scale_log2 rounded up (scaled_max_rounded_up), so no exponent exceeds 0, and the
-// sums and O are kept relative to exp2(offset) itself (the rescale between key blocks is exp2 of
-// two offsets' difference, offset_log_sum_exp the LSE). The offset's rounding then shifts nothing
-// between blocks: it only puts the largest score's exponent in (-ulp(offset), 0]. While |offset| <
-// kFusedOffsetLimit, that is above -2^-4 (P of the max above 0.95), and the FFMA rounds any
-// exponent above -64 by at most 2^-18. A row whose last offset is beyond (scores of ~8e6 at head_dim
-// 128's default scale, or huge scales) is computed again with softmax_exponent
+// The SM90 kernels' use of the same FMA with no limit inside the key loop (16-bit, FP8 head_dim 64:
+// sm90/kernel/config.hpp's kRowOffsets): each row's offset is its max times scale_log2 rounded up
+// (scaled_max_rounded_up), so no exponent exceeds 0, and the sums and O are kept relative to
+// exp2(offset) itself (the rescale between key blocks is exp2 of two offsets' difference,
+// offset_log_sum_exp the LSE). The offset's rounding then shifts nothing between blocks: it only
+// puts the largest score's exponent in (-ulp(offset), 0]. While |offset| < kFusedOffsetLimit, that
+// is above -2^-4 (P of the max above 0.95), and the FFMA rounds any exponent above -64 by at most
+// 2^-18. (FP8: the descales folded into its factor add a relative 2^-22 of the score, far below
+// e4m3's rounding, and so can lift the largest exponent by up to 2^-2, which leaves its P, offset
+// by 2^8, below e4m3's 448.) A row whose last offset is beyond (scores of ~8e6 at head_dim 128's
+// default scale, or huge scales or FP8 descales) is computed again with softmax_exponent
 // (sm90/kernel/exact_rows.cuh).
 constexpr float kFusedOffsetLimit = 1048576.f;  // 2^20
 

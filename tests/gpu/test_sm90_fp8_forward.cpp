@@ -392,6 +392,49 @@ TEST_F(Sm90Fp8Test, NonFiniteAndZeroScalesMakeNaNInTheRowsThatSeeThem) {
   }
 }
 
+// Q and K scales 1e4 times the quantiser's: scores of ~1e9, far beyond the fused exponent's range,
+// so every row takes the exact path: at head_dim 64 (row offsets) computed again after the key loop
+// from the codes and their scales (exact_rows.cuh), at 128 the vote's exact exponent. With grouped
+// heads, seqlen_q != seqlen_k and V in rows or given transposed (the same bits).
+TEST_F(Sm90Fp8Test, HugeScalesMatchTheReferenceThroughTheExactPath) {
+  std::mt19937 rng(23);
+  const Scaling block{HOPATTN_FP8_SCALE_BLOCK, 128}, head{HOPATTN_FP8_SCALE_HEAD, 0};
+  for (int64_t head_dim : {64, 128}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("head_dim " + std::to_string(head_dim) + (causal ? " causal" : ""));
+      const Fp8Case c{HOPATTN_DTYPE_BFLOAT16, head_dim, causal, 300, 400, 2, 2, 1, 0, block, block, head};
+      QuantisedTensor q(1, 300, 4, head_dim, 0, block, true, 3, rng);
+      QuantisedTensor k(1, 400, 2, head_dim, 0, block, true, 3, rng);
+      QuantisedTensor v(1, 400, 2, head_dim, 0, head, false, 0, rng);
+      ASSERT_TRUE(q.ok() && k.ok() && v.ok());
+      for (float& scale : q.host_scales) scale *= 1e4f;
+      for (float& scale : k.host_scales) scale *= 1e4f;
+      q.upload();
+      k.upload();
+      std::vector<uint16_t> out, out_vt;
+      std::vector<float> lse, lse_vt;
+      run_fp8(c, q, k, v, out, lse);
+      if (HasFatalFailure()) return;
+      std::vector<double> ref_out, ref_lse;
+      reference(c, q, k, v, ref_out, ref_lse);
+      double max_abs = 0, lse_relative = 0;
+      for (size_t i = 0; i < out.size(); ++i) max_abs = std::max(max_abs, std::abs(to_float(c.out_dtype, out[i]) - ref_out[i]));
+      for (size_t i = 0; i < lse.size(); ++i) {
+        lse_relative = std::max(lse_relative, std::abs(lse[i] - ref_lse[i]) / std::max(1.0, std::abs(ref_lse[i])));
+      }
+      EXPECT_LT(max_abs, 2e-2);  // NaN fails it
+      EXPECT_LT(lse_relative, 1e-5);
+      EXPECT_GT(std::abs(ref_lse[0]), 1e6);  // the scores are that large
+      const TransposedCodes v_transposed(v);
+      ASSERT_NE(v_transposed.device, nullptr) << "cudaMalloc failed";
+      run_fp8(c, q, k, v, out_vt, lse_vt, &v_transposed);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(std::memcmp(out_vt.data(), out.data(), out.size() * 2), 0) << "O differs with V transposed";
+      EXPECT_EQ(std::memcmp(lse_vt.data(), lse.data(), lse.size() * 4), 0) << "LSE differs with V transposed";
+    }
+  }
+}
+
 // hopattn_forward_fp8_varlen: packed sequences (one without queries, one without keys, single
 // queries and keys), GQA, both masks, every head_dim; against the CPU backend on the same codes and
 // scales (its float32 P against the kernel's e4m3 P: the matrix's tolerance; every row's LSE within

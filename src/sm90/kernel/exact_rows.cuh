@@ -1,13 +1,17 @@
-// The 16-bit forward's rare path: the rows of a warp whose scores left the fused exponent's range
-// (a row offset beyond core/softmax_math.hpp's kFusedOffsetLimit: scores of ~8e6 at head_dim 128's
-// default scale, or huge scales) are computed again here from global memory, one key at a time, with
-// softmax_exponent in float32 throughout, as the CPU backend computes them. No tensor cores and no
-// shared memory: slow, and it leaves the key loop with no second form of the exponent to carry.
+// The forward's rare path: the rows of a warp whose scores left the fused exponent's range (a last
+// row offset beyond core/softmax_math.hpp's kFusedOffsetLimit: scores of ~8e6 at the default
+// scale, or huge scales or FP8 descales) are computed again here from global memory, one key at a
+// time, dequantised and in float32 throughout with softmax_exponent, as the CPU backend computes
+// them. No tensor cores and no shared memory: slow, and it leaves the key loop with no second form
+// of the exponent to carry.
 #pragma once
 
 #include <cute/tensor.hpp>
 
 #include "core/causal_mask.hpp"
+#include "core/fp8_layout.hpp"
+#include "core/fp8_scale.hpp"
+#include "core/problem.hpp"
 #include "core/seqlen.hpp"
 #include "core/softmax_math.hpp"
 #include "sm90/kernel/softmax.cuh"
@@ -17,10 +21,39 @@ namespace hopattn::sm90 {
 
 using namespace cute;
 
+// One row of q, k or v as float values: `step` elements apart, times `scale`.
+template <class Element>
+struct ValueRow {
+  Element const* first;
+  int64_t step;
+  float scale;
+  __device__ float operator[](int d) const { return float(first[d * step]) * scale; }
+};
+
+// Where the exact rows read q, k and v: 16-bit tensors as they are (no scales: null data); FP8 codes
+// times their scales (usable_scale's), V in rows or given transposed (v_transposed.heads > 0).
 template <class Element>
 struct ExactRowsInputs {
   Element const *q, *k, *v;
   Strides q_stride, k_stride, v_stride;
+  VTransposedLayout v_transposed;
+  Fp8Scales q_scales, k_scales, v_scales;
+
+  // Rows of the tensors: a sequence's q_begin or k_begin plus the row within it.
+  __device__ ValueRow<Element> q_row(int64_t batch, int head, int64_t row) const {
+    return {q + row_offset(q_stride, batch, row, head), 1, scale(q_scales, batch, head, row)};
+  }
+  __device__ ValueRow<Element> k_row(int64_t batch, int head, int64_t row) const {
+    return {k + row_offset(k_stride, batch, row, head), 1, scale(k_scales, batch, head, row)};
+  }
+  __device__ ValueRow<Element> v_row(int64_t batch, int head, int64_t row) const {
+    const float v_scale = scale(v_scales, batch, head, row);
+    if (v_transposed.heads > 0) return {v + v_transposed.offset(batch, row, head, 0), v_transposed.pitch, v_scale};
+    return {v + row_offset(v_stride, batch, row, head), 1, v_scale};
+  }
+  __device__ static float scale(Fp8Scales const& scales, int64_t batch, int head, int64_t row) {
+    return scales.data == nullptr ? 1.f : usable_scale(__ldg(scales.data + scales.index(batch, head, row)));
+  }
 };
 
 // The normalised output of the rows of a P V accumulator fragment (layout OutputLayout; `coords`
@@ -40,7 +73,7 @@ __device__ __noinline__ void exact_rows(ExactRowsInputs<Element> const in, Seque
 
   // q is read again for every key (from L1) rather than held: at head_dim 256 it would not fit
   // beside the output in the kernel's registers.
-  Element const* q_at[kRows];
+  ValueRow<Element> q_rows[kRows];
   float o[kRows][kColumns], row_max[kRows], row_sum[kRows];
   int key_end[kRows];
   int warp_key_end = 0;
@@ -50,7 +83,7 @@ __device__ __noinline__ void exact_rows(ExactRowsInputs<Element> const in, Seque
     key_end[r] = int(visible_key_end(causal, row, seq.seqlen_q, seq.seqlen_k));
     warp_key_end = max(warp_key_end, key_end[r]);
     const int64_t q_row = seq.q_begin + min(row, int(seq.seqlen_q) - 1);
-    q_at[r] = in.q + row_offset(in.q_stride, seq.tensor_batch, q_row, head);
+    q_rows[r] = in.q_row(seq.tensor_batch, head, q_row);
     CUTE_UNROLL
     for (int col = 0; col < kColumns; ++col) o[r][col] = 0.f;
     row_max[r] = -INFINITY;
@@ -60,16 +93,16 @@ __device__ __noinline__ void exact_rows(ExactRowsInputs<Element> const in, Seque
 
   for (int key = 0; key < warp_key_end; ++key) {
     const int64_t k_row = seq.k_begin + key;
-    Element const* k_at = in.k + row_offset(in.k_stride, seq.tensor_batch, k_row, head_kv);
-    Element const* v_at = in.v + row_offset(in.v_stride, seq.tensor_batch, k_row, head_kv);
+    const ValueRow<Element> k_values = in.k_row(seq.tensor_batch, head_kv, k_row);
+    const ValueRow<Element> v_values = in.v_row(seq.tensor_batch, head_kv, k_row);
     float score[kRows];
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) score[r] = 0.f;
     CUTE_UNROLL
     for (int col = 0; col < kColumns; ++col) {
-      const float k_value = float(k_at[get<1>(c(0, col))]);
+      const float k_value = k_values[get<1>(c(0, col))];
       CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) score[r] = fmaf(float(q_at[r][get<1>(c(r, col))]), k_value, score[r]);
+      for (int r = 0; r < kRows; ++r) score[r] = fmaf(q_rows[r][get<1>(c(r, col))], k_value, score[r]);
     }
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) score[r] = quad_allreduce(score[r], [](float a, float b) { return a + b; });
@@ -82,7 +115,7 @@ __device__ __noinline__ void exact_rows(ExactRowsInputs<Element> const in, Seque
       row_max[r] = new_max;
       row_sum[r] = row_sum[r] * rescale + p;
       CUTE_UNROLL
-      for (int col = 0; col < kColumns; ++col) o[r][col] = fmaf(o[r][col], rescale, p * float(v_at[get<1>(c(r, col))]));
+      for (int col = 0; col < kColumns; ++col) o[r][col] = fmaf(o[r][col], rescale, p * v_values[get<1>(c(r, col))]);
     }
   }
 

@@ -52,8 +52,9 @@ struct ForwardMainloop {
   using PipelineState = typename Config::PipelineState;
   using TransposePipeline = typename Config::TransposePipeline;
   static constexpr bool kFp8 = Config::kFp8;
-  // 16-bit: rows whose scores leave the fused exponent's range are computed again (exact_rows.cuh).
-  static constexpr bool kExactRows = !kFp8;
+  // Rows whose scores leave the fused exponent's range are computed again (exact_rows.cuh) where
+  // the softmax takes the row offsets' scheme.
+  static constexpr bool kExactRows = Config::kRowOffsets;
   using Mask = BlockMask<Config::kBlockM, Config::kBlockN, kCausal, /*kShiftedKeys=*/kFp8>;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
@@ -171,8 +172,16 @@ struct ForwardMainloop {
     params.heads_per_kv_head = int(p.heads_per_kv_head());
     params.softmax_scale = p.softmax_scale;
     if constexpr (kExactRows) {
-      params.exact_rows_inputs = {static_cast<Element const*>(p.q), static_cast<Element const*>(p.k),
-                                  static_cast<Element const*>(p.v), p.q_stride, p.k_stride, p.v_stride};
+      ExactRowsInputs<Element>& exact = params.exact_rows_inputs;
+      exact.q = static_cast<Element const*>(p.q), exact.k = static_cast<Element const*>(p.k);
+      exact.v = static_cast<Element const*>(p.v);
+      exact.q_stride = p.q_stride, exact.k_stride = p.k_stride, exact.v_stride = p.v_stride;
+      if constexpr (kFp8) {
+        exact.q_scales = p.q_scales, exact.k_scales = p.k_scales, exact.v_scales = p.v_scales;
+        if constexpr (Config::kVTransposedInput) {
+          exact.v_transposed = VTransposedLayout::of(p.seqlens.total_k, p.heads_kv, p.head_dim);
+        }
+      }
     }
     if constexpr (kFp8) {
       // Rows are 32-bit on this backend (sm90_rules.cpp); a block of 2^31 rows or more holds them all.
@@ -378,14 +387,10 @@ struct ForwardMainloop {
   // rows of V^T): what SwizzledOffsets::decomposes checks over.
   static constexpr int kLoadLaneRows = 16, kLoadLaneColumns = 32, kStoreLaneRows = 32;
 
-  // A scale as the kernel uses it: a zero or negative one (which validation cannot see on this
-  // backend) becomes NaN, so its rows come out NaN rather than silently wrong.
-  __device__ static float usable_scale(float scale) { return scale > 0.f ? scale : __int_as_float(0x7fffffff); }
-
   // Run by every consumer thread; `thread_idx` counts from 0 over the consumer warpgroups. Returns
   // with the normalised output in `output` and the per-row log-sum-exp in `lse`, and whether the
-  // thread's rows stayed in the fused exponent's range (always true for FP8); where a warp's did
-  // not, recompute_exact_rows must follow.
+  // thread's rows stayed in the fused exponent's range (always true without kExactRows); where a
+  // warp's did not, recompute_exact_rows must follow.
   // `v_pipeline` hands over the B operand of P V: V blocks (the TMA pipeline) for 16-bit inputs,
   // V^T blocks (the transpose pipeline) for FP8.
   // Inlined with its step lambdas: at FP8 head_dim 256's 128 x 128 tile ptxas otherwise keeps a
@@ -413,7 +418,7 @@ struct ForwardMainloop {
     Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
-    using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks>;
+    using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks, Config::kRowOffsets>;
     Softmax softmax(params.softmax_scale);
     clear(output);
 

@@ -29,17 +29,18 @@ using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 // 2^-6, which then holds P down to 2^-14 of the row's max with its full 3-bit mantissa instead of
 // 2^-6. The row sum carries the same factor, which cancels in O and is taken out of the LSE.
 //
-// The exponent is FlashAttention's one FFMA per score (fused_softmax_exponent) in two schemes:
-//  - 16-bit (kRowOffsets): always, against each row's offset, the scaled max rounded up, with the
-//    sums and O kept relative to the offset itself (core/softmax_math.hpp); no vote and no second
-//    form in the key loop. After the last step, a warp with a row whose offset is out of
-//    fused_offset_applies' range computes its rows again (offsets_in_range, exact_rows.cuh).
-//  - FP8: per step, while every row of the warp has |max * scale_log2| < kFusedExponentLimit, with
-//    the sums relative to the max; otherwise softmax_exponent's FADD and FMUL, exact at any
-//    magnitude. (FP8's exact rows would have to dequantise; until then it keeps the vote.)
-template <int kRows, bool kFp8 = false, int kScaleChunks = 1>
+// The exponent is FlashAttention's one FFMA per score (fused_softmax_exponent) in two schemes,
+// which config.hpp's kRowOffsets chooses per kernel:
+//  - kRowOffsets: always, against each row's offset, the scaled max rounded up, with the sums and O
+//    kept relative to the offset itself (core/softmax_math.hpp); no vote and no second form in the
+//    key loop. After the last step, a warp with a row whose offset is out of fused_offset_applies'
+//    range computes its rows again (offsets_in_range, exact_rows.cuh).
+//  - otherwise: per step, while every row of the warp has |max * scale_log2| < kFusedExponentLimit,
+//    with the sums relative to the max; otherwise softmax_exponent's FADD and FMUL, exact at any
+//    magnitude.
+// FP8 folds its descales into the FFMA's factor in both.
+template <int kRows, bool kFp8 = false, int kScaleChunks = 1, bool kRowOffsets = !kFp8>
 struct OnlineSoftmax {
-  static constexpr bool kRowOffsets = !kFp8;
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;
   static constexpr float kPOffsetInverse = kFp8 ? 1.f / 256.f : 1.f;  // 2^-kPLog2Offset
   using ChunkScales = cute::array<float, kScaleChunks>;
@@ -57,10 +58,10 @@ struct OnlineSoftmax {
     fill(row_offset, 0.f);
   }
 
-  // Turns the scores into P = exp(scale * (S - max)) (16-bit: exp2(S * scale_log2 - offset)) in
-  // place and returns, per row, the factor by which the output accumulated so far must be rescaled
-  // for the new row maxima. The maxima of all rows first, then the exponentials, so the max
-  // shuffles of every row are in flight together.
+  // Turns the scores into P = exp(scale * (S - max)) (kRowOffsets: exp2(S * scale_log2 - offset);
+  // FP8 times 2^kPLog2Offset) in place and returns, per row, the factor by which the output
+  // accumulated so far must be rescaled for the new row maxima. The maxima of all rows first, then
+  // the exponentials, so the max shuffles of every row are in flight together.
   // `row_descale`, `chunk_descale` (kFp8 only): the positive factors from the scores to true
   // scores; a NaN makes its scores NaN. The quad's lanes hold the same columns' chunks.
   // `maxima_done` runs between the two phases (a timeline build's stamp; nothing otherwise).
@@ -147,7 +148,7 @@ struct OnlineSoftmax {
     auto exponentiate = [&](auto exponent_of) CUTLASS_LAMBDA_FUNC_INLINE {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
-        const float shifted_max = kRowOffsets ? row_offset(r) : max_or_zero(r) * scale_log2 - kPLog2Offset;
+        const float shifted_max = (kRowOffsets ? row_offset(r) : max_or_zero(r) * scale_log2) - kPLog2Offset;
         float chain_sum[kChains];
         CUTE_UNROLL
         for (int k = 0; k < kChains; ++k) chain_sum[k] = 0.f;
@@ -168,7 +169,7 @@ struct OnlineSoftmax {
       }
     };
     const float c = scale_log2;
-    if (kRowOffsets || __all_sync(0xffffffff, fused)) {  // 16-bit: no vote
+    if (kRowOffsets || __all_sync(0xffffffff, fused)) {  // row offsets: no vote
       exponentiate([c](float score, int, float descale, float shifted_max) {
         return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
       });
@@ -192,12 +193,12 @@ struct OnlineSoftmax {
 
   template <class TensorO>
   __device__ __forceinline__ static void rescale_output(TensorO& output, RowVector<kRows> const& rescale) {
-    // FP8: the factor is exactly 1 when a row's max did not grow, and the warp skips the multiplies
-    // when none of its 16 rows grew: about half the steps on N(0, 1) inputs at 8k and a fifth on
-    // the outlier inputs (bench/softmax_numerics.py). 16-bit multiplies always: without the
-    // exponent's vote, the rescale's vote cost more than it saved (performance log, seventeenth
-    // session).
-    if constexpr (!kRowOffsets) {
+    // FP8: the factor is exactly 1 when a row's max (and so its offset) did not grow, and the warp
+    // skips the multiplies when none of its 16 rows grew: about half the steps on N(0, 1) inputs at
+    // 8k and a fifth on the outlier inputs (bench/softmax_numerics.py). 16-bit multiplies always:
+    // without the exponent's vote, the rescale's vote cost more than it saved (performance log,
+    // seventeenth session).
+    if constexpr (kFp8) {
       bool needed = false;
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) needed |= rescale(r) != 1.f;
@@ -232,8 +233,9 @@ struct OnlineSoftmax {
       const float sum = quad_allreduce(row_sum(r), [](float a, float b) { return a + b; });
       const float inverse = inverse_row_sum(sum);
       const float factor = kFp8 && inverse != 0.f ? inverse * output_scale : inverse;
-      lse(r) = kRowOffsets ? offset_log_sum_exp(row_max(r), row_offset(r), sum, softmax_scale, scale_log2)
-                           : row_log_sum_exp(row_max(r), sum * kPOffsetInverse, softmax_scale);
+      const float unshifted_sum = sum * kPOffsetInverse;
+      lse(r) = kRowOffsets ? offset_log_sum_exp(row_max(r), row_offset(r), unshifted_sum, softmax_scale, scale_log2)
+                           : row_log_sum_exp(row_max(r), unshifted_sum, softmax_scale);
       CUTE_UNROLL
       for (int c = 0; c < size<1>(o); ++c) o(r, c) *= factor;
     }
