@@ -11,27 +11,24 @@ out=${1:?usage: scripts/pack_device_build.sh DIR}
 build=${BUILD:-build-all}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHOPATTN_ENABLE_CUDA=ON -DHOPATTN_SM90_KERNELS=all \
   -DHOPATTN_PTXAS_VERBOSE=ON >/dev/null
-cmake --build "$build" -j "${JOBS:-2}" >"$build/pack_build.log" 2>&1 ||
-  { grep -E "error|FAILED" "$build/pack_build.log" | head -20; echo "pack_device_build.sh: the build failed" >&2; exit 1; }
-# ptxas reports only what a build compiles: each kernel's lines in the folder's report are replaced
-# by this build's, so that an incremental build still reports every kernel.
-python3 - "$build/pack_build.log" "$build/ptxas_report.txt" <<'MERGE'
+# The log keeps every run's (appended): ptxas reports only what a run compiles, so an incremental
+# build, or one cut short, leaves the other kernels' reports in the earlier runs' lines.
+cmake --build "$build" -j "${JOBS:-2}" >>"$build/pack_build.log" 2>&1 ||
+  { tail -200 "$build/pack_build.log" | grep -E "error|FAILED" | head -20; echo "pack_device_build.sh: the build failed" >&2; exit 1; }
+# Each kernel's last report in the log.
+python3 - "$build/pack_build.log" "$build/ptxas_report.txt" <<'LATEST'
 import re, sys
 from pathlib import Path
-log, report = Path(sys.argv[1]), Path(sys.argv[2])
-def entries(lines):
-    blocks, name = {}, None
-    for line in lines:
-        line = line.strip()
-        if "Compiling entry" in line:
-            name = line
-        if name and re.search(r"Compiling entry|Function properties|Used [0-9]+ registers|stack frame", line):
-            blocks.setdefault(name, []).append(line)
-    return blocks
-merged = entries(report.read_text().splitlines()) if report.exists() else {}
-merged.update(entries(log.read_text(errors="replace").splitlines()))
-report.write_text("".join(line + "\n" for block in merged.values() for line in block))
-MERGE
+reports, name = {}, None
+for line in Path(sys.argv[1]).read_text(errors="replace").splitlines():
+    line = line.strip()
+    if "Compiling entry" in line:
+        name = line
+        reports[name] = []
+    if name and re.search(r"Compiling entry|Function properties|Used [0-9]+ registers|stack frame", line):
+        reports[name].append(line)
+Path(sys.argv[2]).write_text("".join(line + "\n" for lines in reports.values() for line in lines))
+LATEST
 rm -rf "$out" && mkdir -p "$out"
 cp -L "$build/src/libhopattn.so.0" "$out/"
 for binary in tests/gpu/test_sm90_forward tests/gpu/test_sm90_backward tests/gpu/test_sm90_fp8 tools/hopattn-bench; do
