@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""A/B of kernels at bf16 head_dim 128, forward or backward: hopattn builds (libhopattn.so) and
-FlashAttention-3 builds through bench/fa3_harness.cu (scripts/build_fa3_harness.sh), unchanged or
-edited, in the same interleaved rounds as the benchmarks (bench_common.interleaved_ms: L2 flushed,
-orders permuted per round). 16k tokens per batch, 16 heads, N(0, 1) inputs, both masks. Each row
-also has every implementation's largest difference from the first --impl's output (O, or dQ, dK
-and dV), so that a build computing something else shows. The backward is timed alone, after its
+"""A/B of kernels at one bf16 head_dim (--head-dim, default 128), forward or backward: hopattn builds
+(libhopattn.so) and FlashAttention-3 builds through bench/fa3_harness.cu (scripts/build_fa3_harness.sh
+with the same HEAD_DIM), unchanged or edited, in the same interleaved rounds as the benchmarks
+(bench_common.interleaved_ms: L2 flushed, orders permuted per round). 16k tokens per batch, 16
+heads, N(0, 1) inputs, both masks. Each row also has every implementation's largest difference from
+the first --impl's output (O, or dQ, dK and dV), so that a build computing something else shows. The backward is timed alone, after its
 forward: hopattn's registered operator (as bench_backward.py's "hopattn op"), FA3's mha_bwd.
 
 Usage: python3 bench/ab_kernels.py --json out.json --impl main=hop:build/src/libhopattn.so \\
          --impl fa3=fa3:fa3_harness.so [--impl NAME=hop:LIB | NAME=fa3:SO ...] [--seqlens 2048,8192]
-         [--pass backward]
+         [--pass backward] [--head-dim 64]
 """
 import argparse
 import ctypes
@@ -28,7 +28,7 @@ from bench_common import (interleaved_ms, on_build_prepared, positive_int, repor
                           timing_note)
 from bench_forward import forward_flops  # noqa: E402
 
-HEAD_DIM, HEADS, TOKENS = 128, 16, 16384
+HEADS, TOKENS = 16, 16384
 
 
 def fa3_harness(path, tile_semaphore, backward):
@@ -112,6 +112,8 @@ def main():
     parser.add_argument("--rep-ms", type=float, default=900)
     parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
     parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=128,
+                        help="the FA3 harnesses must be built for it (HEAD_DIM)")
     parser.add_argument("--pass", dest="direction", choices=("forward", "backward"), default="forward")
     args = parser.parse_args()
     backward = args.direction == "backward"
@@ -122,7 +124,7 @@ def main():
         for causal in (False, True):
             batch = TOKENS // seqlen
             torch.manual_seed(0)
-            q, k, v, d_o = (torch.randn(batch, seqlen, HEADS, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+            q, k, v, d_o = (torch.randn(batch, seqlen, HEADS, args.head_dim, dtype=torch.bfloat16, device="cuda")
                             for _ in range(4))
             calls = {name: prepare(q, k, v, d_o, causal) for name, prepare in impls.items()}
             reference = None
@@ -132,13 +134,13 @@ def main():
                 reference = got if reference is None else reference
                 difference[name] = max(float((a - b).abs().max()) for a, b in zip(got, reference))
             ms = interleaved_ms(calls, rotated(list(impls), len(rows)), args.rep_ms, args.rounds)
-            flops = (backward_flops if backward else forward_flops)(batch, HEADS, seqlen, HEAD_DIM, causal)
+            flops = (backward_flops if backward else forward_flops)(batch, HEADS, seqlen, args.head_dim, causal)
             tflops = {name: (str(t) if isinstance(t, Exception) else flops / (t * 1e-3) / 1e12) for name, t in ms.items()}
             rows.append(dict(seqlen=seqlen, causal=causal, tflops=tflops, max_abs_difference=difference))
             print(f"{seqlen:6d} {'causal' if causal else '      '} "
                   + " ".join(f"{n}={t:.0f}" if isinstance(t, float) else f"{n}={t}" for n, t in tflops.items())
                   + f"  max|{'dQ, dK, dV' if backward else 'O'} - first|: " + " ".join(f"{n}={d:.3g}" for n, d in difference.items()), flush=True)
-    args.json.write_text(json.dumps(dict(header, impls=args.impl, direction=args.direction, rows=rows), indent=1))
+    args.json.write_text(json.dumps(dict(header, impls=args.impl, direction=args.direction, head_dim=args.head_dim, rows=rows), indent=1))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-// FlashAttention-3's bf16 head_dim-128 forward and backward called without torch, for A/Bs against
-// FA3 itself: its kernels built from its source (scripts/build_fa3_harness.sh), unchanged or with one
-// edit, and timed beside hopattn's builds by bench/ab_kernels.py. The parameters are those FA3's
-// mha_fwd and mha_bwd set for fixed-length batches in (batch, seqlen, heads, 128) layout without
-// splits, paging or softcap; the backward's for equal head counts, not deterministic.
+// FlashAttention-3's bf16 forward and backward at one head_dim (FA3_HARNESS_HEAD_DIM: 64, 128 or 256)
+// called without torch, for A/Bs against FA3 itself: its kernels built from its source
+// (scripts/build_fa3_harness.sh), unchanged or with one edit, and timed beside hopattn's builds by
+// bench/ab_kernels.py. The parameters are those FA3's mha_fwd and mha_bwd set for fixed-length
+// batches in (batch, seqlen, heads, head_dim) layout without splits, paging or softcap; the
+// backward's for equal head counts, not deterministic.
 #include <cstddef>
 
 #include <cuda_runtime.h>
@@ -10,11 +11,16 @@
 
 #include "flash.h"
 
+#ifndef FA3_HARNESS_HEAD_DIM
+#define FA3_HARNESS_HEAD_DIM 128
+#endif
+
 namespace {
-constexpr int kHeadDim = 128;
+constexpr int kHeadDim = FA3_HARNESS_HEAD_DIM;
+static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "the harness knows FA3's backward blocks of these");
 
 // What mha_fwd and mha_bwd both set (set_params_fprop): q, k, v, o and the LSE in (batch, seqlen,
-// heads, 128) layout, the lengths, the scale, no dropout, the causal mask or none.
+// heads, head_dim) layout, the lengths, the scale, no dropout, the causal mask or none.
 void set_forward_fields(Flash_fwd_params& p, void* q, void* k, void* v, void* o, float* lse, int batch, int seqlen,
                         int heads, int kv_heads, bool causal, int num_sm, float softmax_scale) {
   p.is_bf16 = true;
@@ -70,14 +76,18 @@ constexpr size_t kAlignment = 256;
 
 size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
-// mha_bwd's buffers beside the gradients, for head_dim 128: its key blocks are 128 keys, its query
-// blocks 64 rows causal and 80 otherwise.
+// The query rows of FA3's backward blocks on sm90 (mha_bwd's kBlockM_sm90 without softcap, as its
+// flash_bwd_launch_template.h instantiates them): 128 at head_dim 64, 64 causal and 80 otherwise at
+// 128, 64 at 256.
+constexpr int backward_block_m(bool causal) { return kHeadDim == 64 ? 128 : kHeadDim == 128 ? (causal ? 64 : 80) : 64; }
+
+// mha_bwd's buffers beside the gradients.
 struct BackwardWorkspace {
   int block_m, seqlen_q_rounded;
   size_t row_floats, dq_accum_floats, semaphore_ints;
 
   BackwardWorkspace(int batch, int seqlen, int heads, bool causal) {
-    block_m = causal ? 64 : 80;
+    block_m = backward_block_m(causal);
     seqlen_q_rounded = (seqlen + block_m - 1) / block_m * block_m;
     row_floats = size_t(batch) * heads * seqlen_q_rounded;  // D = rowsum(dO * O), and the LSE in log2
     dq_accum_floats = row_floats * kHeadDim;
