@@ -19,7 +19,9 @@
 #          bench/profile_kernel.py's, default "--head-dim 128 --seqlen 8192 --causal"; with
 #          "--pass backward" the backward's main kernels): each kernel's details page and source
 #          page, and the key loop's mix and stalls side by side (bench/ncu_source.py hot).
-#          PROFILE_LIBRARY: a prebuilt libhopattn.so to profile instead (e.g. an A/B's variant)
+#          PROFILE_LIBRARY: a prebuilt libhopattn.so to profile instead (e.g. an A/B's variant);
+#          PROFILE_SECTIONS: more ncu sections. "--dtype e4m3" profiles FA3's FP8 build (the fp8
+#          mode's, if it ran on this warm machine)
 #     timeline: the forward's phases per key step and tile from its timeline build
 #          (bench/timeline.py) at each of TIMELINE_POINTS (';'-separated argument lists of
 #          bench/timeline.py; default head_dim 128 8k, both masks). TIMELINE_LIBRARY: a prebuilt
@@ -232,7 +234,9 @@ profile)
   for ((i = 0; i < ${#point[@]}; ++i)); do
     [[ ${point[i]} == --pass=backward || (${point[i]} == --pass && ${point[i + 1]:-} == backward) ]] && backward=true
   done
-  if $backward; then start_fa3_build "backward varlen"; else start_fa3_build; fi
+  fa3_features=  # FP8 points need FA3's FP8 build (the fp8 mode's, when this machine has it)
+  [[ " ${point[*]} " == *" --dtype e4m3 "* ]] && fa3_features=fp8
+  if $backward; then start_fa3_build "backward varlen"; else start_fa3_build $fa3_features; fi
   if [[ -n "${PROFILE_LIBRARY:-}" ]]; then
     lib=$(realpath "$PROFILE_LIBRARY")
   else
@@ -242,6 +246,10 @@ profile)
   fi
   [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
   export HOPATTN_LIBRARY=$lib PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
+  # PROFILE_SECTIONS: more ncu sections (e.g. MemoryWorkloadAnalysis_Tables for shared memory's
+  # bank conflicts), each a replay more.
+  sections="--section SpeedOfLight --section WarpStateStats --section SourceCounters"
+  for section in ${PROFILE_SECTIONS:-}; do sections+=" --section $section"; done
   for impl in hopattn fa3; do
     if $backward; then
       kernel=BackwardKernel
@@ -255,8 +263,7 @@ profile)
     # returned logs (tens of MB), its pages go in.
     report=$(mktemp -d)/profile_$impl
     timeout 240 ncu --clock-control none --kernel-name-base mangled --kernel-name "regex:$kernel" \
-      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
-      --section SourceCounters -o "$report" \
+      --launch-skip 2 --launch-count 1 $sections -o "$report" \
       python3 bench/profile_kernel.py --impl "$impl" "${point[@]}" >"$LOGS/profile_$impl.log" 2>&1 || status=1
     ncu -i "$report.ncu-rep" --page details >"$LOGS/details_$impl.txt" 2>&1
     grep -E "Duration|SM Frequency|Elapsed Cycles|Executed Ipc Active|highest-utilized" "$LOGS/details_$impl.txt"
