@@ -69,7 +69,7 @@ constexpr uint32_t kFp8ScaleNaNBits = 0x7fc00000u;
 // A scale as the SM90 FP8 kernel reads it: one that is not positive (zero, negative or NaN), which
 // validation cannot see on that backend, becomes NaN, so that the rows it scales come out NaN rather
 // than silently wrong.
-HOPATTN_HOST_DEVICE float usable_scale(float scale) { return scale > 0.f ? scale : NAN; }
+HOPATTN_HOST_DEVICE float usable_scale(float scale) { return scale > 0.f ? scale : float_of_bits(kFp8ScaleNaNBits); }
 
 // The scale of a block of values from its amax, the largest |value| of the block (NaN if any value
 // is NaN, +inf if any is infinite and none NaN):

@@ -169,10 +169,13 @@ struct OnlineSoftmax {
       }
     };
     const float c = scale_log2;
-    if (kRowOffsets || __all_sync(0xffffffff, fused)) {  // row offsets: no vote
-      exponentiate([c](float score, int, float descale, float shifted_max) {
-        return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
-      });
+    auto fused_form = [c](float score, int, float descale, float shifted_max) {
+      return fused_softmax_exponent(score, kFp8 ? c * descale : c, shifted_max);
+    };
+    if constexpr (kRowOffsets) {  // no vote
+      exponentiate(fused_form);
+    } else if (__all_sync(0xffffffff, fused)) {
+      exponentiate(fused_form);
     } else {
       exponentiate([&, c](float score, int r, float descale, float) {
         const float true_score = kFp8 ? score * descale : score;
