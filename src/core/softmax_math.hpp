@@ -65,6 +65,17 @@ HOPATTN_HOST_DEVICE bool fused_offset_applies(float offset) {
   return offset < kFusedOffsetLimit && offset > -kFusedOffsetLimit;  // false for NaN and inf
 }
 
+// FP8 scores come from the tensor cores' e4m3 products, whose accumulator keeps fewer bits than
+// float32: at scores of ~1e9 the max score of a row was off by a relative 6e-4 (head_dim 128, H100;
+// performance log, nineteenth session), which no exponent form can undo. Past this |scaled max| a
+// score's own error outgrows e4m3's rounding of P, so an FP8 row beyond it is computed again in
+// float32 from its codes and scales (sm90/kernel/exact_rows.cuh), whichever form its kernel uses.
+constexpr float kFp8ScaledMaxLimit = kFusedExponentLimit;
+
+HOPATTN_HOST_DEVICE bool fp8_scores_hold(float scaled_max) {
+  return scaled_max < kFp8ScaledMaxLimit && scaled_max > -kFp8ScaledMaxLimit;  // false for NaN and inf
+}
+
 HOPATTN_HOST_DEVICE float scaled_max_rounded_up(float row_max, float scale_log2) {
 #ifdef __CUDA_ARCH__
   return __fmul_ru(row_max, scale_log2);

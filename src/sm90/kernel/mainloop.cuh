@@ -52,9 +52,6 @@ struct ForwardMainloop {
   using PipelineState = typename Config::PipelineState;
   using TransposePipeline = typename Config::TransposePipeline;
   static constexpr bool kFp8 = Config::kFp8;
-  // Rows whose scores leave the fused exponent's range are computed again (exact_rows.cuh) where
-  // the softmax takes the row offsets' scheme.
-  static constexpr bool kExactRows = Config::kRowOffsets;
   using Mask = BlockMask<Config::kBlockM, Config::kBlockN, kCausal, /*kShiftedKeys=*/kFp8>;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kBlockN = Config::kBlockN;
@@ -131,7 +128,6 @@ struct ForwardMainloop {
     int key_alignment;
   };
   struct NoDescales {};
-  struct NoExactRowsInputs {};
 
   struct Params {
     GmemShape shape_q, shape_kv, shape_v;
@@ -142,7 +138,7 @@ struct ForwardMainloop {
     int heads_per_kv_head;
     float softmax_scale;
     conditional_t<kFp8, Fp8Descales, NoDescales> descales;
-    conditional_t<kExactRows, ExactRowsInputs<Element>, NoExactRowsInputs> exact_rows_inputs;
+    ExactRowsInputs<Element> exact_rows_inputs;  // for the rows the key loop's result does not hold
   };
 
   // `Problem`: ForwardProblem, or Fp8ForwardProblem for FP8 inputs.
@@ -171,16 +167,14 @@ struct ForwardMainloop {
     params.seqlens = p.seqlens;
     params.heads_per_kv_head = int(p.heads_per_kv_head());
     params.softmax_scale = p.softmax_scale;
-    if constexpr (kExactRows) {
-      ExactRowsInputs<Element>& exact = params.exact_rows_inputs;
-      exact.q = static_cast<Element const*>(p.q), exact.k = static_cast<Element const*>(p.k);
-      exact.v = static_cast<Element const*>(p.v);
-      exact.q_stride = p.q_stride, exact.k_stride = p.k_stride, exact.v_stride = p.v_stride;
-      if constexpr (kFp8) {
-        exact.q_scales = p.q_scales, exact.k_scales = p.k_scales, exact.v_scales = p.v_scales;
-        if constexpr (Config::kVTransposedInput) {
-          exact.v_transposed = VTransposedLayout::of(p.seqlens.total_k, p.heads_kv, p.head_dim);
-        }
+    ExactRowsInputs<Element>& exact = params.exact_rows_inputs;
+    exact.q = static_cast<Element const*>(p.q), exact.k = static_cast<Element const*>(p.k);
+    exact.v = static_cast<Element const*>(p.v);
+    exact.q_stride = p.q_stride, exact.k_stride = p.k_stride, exact.v_stride = p.v_stride;
+    if constexpr (kFp8) {
+      exact.q_scales = p.q_scales, exact.k_scales = p.k_scales, exact.v_scales = p.v_scales;
+      if constexpr (Config::kVTransposedInput) {
+        exact.v_transposed = VTransposedLayout::of(p.seqlens.total_k, p.heads_kv, p.head_dim);
       }
     }
     if constexpr (kFp8) {
@@ -565,28 +559,25 @@ struct ForwardMainloop {
     v_pipeline.consumer_release(v_state);
 
     lse = softmax.finalize(output, params.softmax_scale, kFp8 ? usable_scale(v_descale) : v_descale);
-    return softmax.offsets_in_range();
+    return softmax.rows_in_range();
   }
 
   // The tile's rows of this thread's warp again, exactly (exact_rows.cuh): output and lse as mma's.
   template <class TensorO, class RowStats>
   __device__ static void recompute_exact_rows(Params const& params, PairBlock const& tile, Sequence const& seq,
                                               int thread_idx, TensorO& output, RowStats& lse) {
-    if constexpr (kExactRows) {
-      typename Config::TiledMmaPV mma_pv;
-      Tensor coords = mma_pv.get_thread_slice(thread_idx).partition_C(
-          make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-      using OutputLayout = decltype(output.layout());
-      constexpr int kRows = decltype(size<0>(accumulator_rows_cols(OutputLayout{})))::value;
-      float values[cosize_v<OutputLayout>], lse_values[kRows];
-      exact_rows<Element, OutputLayout>(params.exact_rows_inputs, seq, tile.head,
-                                        tile.head / params.heads_per_kv_head, tile.block * kBlockM, kCausal,
-                                        params.softmax_scale, coords, values, lse_values);
-      CUTE_UNROLL
-      for (int i = 0; i < size(output); ++i) output(i) = values[OutputLayout{}(i)];
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) lse(r) = lse_values[r];
-    }
+    typename Config::TiledMmaPV mma_pv;
+    Tensor coords =
+        mma_pv.get_thread_slice(thread_idx).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+    using OutputLayout = decltype(output.layout());
+    constexpr int kRows = decltype(size<0>(accumulator_rows_cols(OutputLayout{})))::value;
+    float values[cosize_v<OutputLayout>], lse_values[kRows];
+    exact_rows<Element, OutputLayout>(params.exact_rows_inputs, seq, tile.head, tile.head / params.heads_per_kv_head,
+                                      tile.block * kBlockM, kCausal, params.softmax_scale, coords, values, lse_values);
+    CUTE_UNROLL
+    for (int i = 0; i < size(output); ++i) output(i) = values[OutputLayout{}(i)];
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) lse(r) = lse_values[r];
   }
 
   // P in the element type of P V, laid out (16-bit) as the accumulator or (FP8) as the operand.

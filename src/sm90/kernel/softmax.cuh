@@ -34,11 +34,12 @@ using RowVector = decltype(make_tensor<float>(Shape<Int<kRows>>{}));
 //  - kRowOffsets: always, against each row's offset, the scaled max rounded up, with the sums and O
 //    kept relative to the offset itself (core/softmax_math.hpp); no vote and no second form in the
 //    key loop. After the last step, a warp with a row whose offset is out of fused_offset_applies'
-//    range computes its rows again (offsets_in_range, exact_rows.cuh).
+//    range computes its rows again (rows_in_range, exact_rows.cuh).
 //  - otherwise: per step, while every row of the warp has |max * scale_log2| < kFusedExponentLimit,
 //    with the sums relative to the max; otherwise softmax_exponent's FADD and FMUL, exact at any
 //    magnitude.
-// FP8 folds its descales into the FFMA's factor in both.
+// FP8 folds its descales into the FFMA's factor in both; in both, an FP8 row whose scaled max
+// leaves fp8_scores_hold's range is computed again too (rows_in_range).
 template <int kRows, bool kFp8 = false, int kScaleChunks = 1, bool kRowOffsets = !kFp8>
 struct OnlineSoftmax {
   static constexpr float kPLog2Offset = kFp8 ? 8.f : 0.f;
@@ -215,13 +216,17 @@ struct OnlineSoftmax {
     }
   }
 
-  // kRowOffsets: whether every row's last offset passes fused_offset_applies, read after the last
-  // step. The earlier offsets need no check: they grow with the max, so a step that weighs more
-  // than 2^-64 against the last offset had an offset within 64 of it, as precise as the last.
-  __device__ __forceinline__ bool offsets_in_range() const {
+  // Whether the key loop's result holds for every row, read after the last step: kRowOffsets, the
+  // last offset passes fused_offset_applies; FP8, the last scaled max passes fp8_scores_hold. The
+  // earlier steps need no check: the max only grows, so a step that weighs more than 2^-64 against
+  // the last had a max within 64 of it (log2 units), as precise as the last.
+  __device__ __forceinline__ bool rows_in_range() const {
     bool in_range = true;
     CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) in_range &= !kRowOffsets || fused_offset_applies(row_offset(r));
+    for (int r = 0; r < kRows; ++r) {
+      const float scaled_max = kRowOffsets ? row_offset(r) : exponent_row_max(row_max(r)) * scale_log2;
+      in_range &= (!kRowOffsets || fused_offset_applies(scaled_max)) && (!kFp8 || fp8_scores_hold(scaled_max));
+    }
     return in_range;
   }
 
