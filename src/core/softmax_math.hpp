@@ -66,7 +66,7 @@ HOPATTN_HOST_DEVICE bool fused_offset_applies(float offset) {
 }
 
 // FP8 scores come from the tensor cores' e4m3 products, whose accumulator keeps fewer bits than
-// float32: at scores of ~1e9 the max score of a row was off by a relative 6e-4 (head_dim 128, H100;
+// float32: at scaled row maxima of ~4e8 a row's LSE was off by a relative 6e-4 (head_dim 128, H100;
 // performance log, nineteenth session), which no exponent form can undo. Past this |scaled max| a
 // score's own error outgrows e4m3's rounding of P, so an FP8 row beyond it is computed again in
 // float32 from its codes and scales (sm90/kernel/exact_rows.cuh), whichever form its kernel uses.
