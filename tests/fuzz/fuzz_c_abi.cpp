@@ -456,8 +456,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (in.ConsumeIntegralInRange(0, 31) == 0) q_scales = nullptr;
   hopattn_fp8_scales k_scales = fp8_scales;
   if (in.ConsumeIntegralInRange(0, 31) == 0) k_scales.data = nullptr;
-  if (in.ConsumeIntegralInRange(0, 31) == 0)
-    k_scales.scaling = static_cast<hopattn_fp8_scaling>(in.ConsumeIntegral<int32_t>());
+  if (in.ConsumeIntegralInRange(0, 31) == 0) {
+    // Only a scaling the call must refuse: a valid other one would ask for more scales than the
+    // array holds, the caller's overrun, which no library can see.
+    int32_t raw = in.ConsumeIntegral<int32_t>();
+    if (raw >= HOPATTN_FP8_SCALE_TENSOR && raw <= HOPATTN_FP8_SCALE_BLOCK) raw += HOPATTN_FP8_SCALE_BLOCK + 1;
+    std::memcpy(&k_scales.scaling, &raw, sizeof raw);
+  }
   // The query's o_dtype is one of the enum (a C++ caller cannot pass another int without
   // undefined behaviour); o's dtype field, read by the library as an integer, may be any.
   static const hopattn_dtype kDtypes[] = {HOPATTN_DTYPE_BFLOAT16, HOPATTN_DTYPE_FLOAT16,
