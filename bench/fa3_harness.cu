@@ -17,7 +17,8 @@
 
 namespace {
 constexpr int kHeadDim = FA3_HARNESS_HEAD_DIM;
-static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "the harness knows FA3's backward blocks of these");
+static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+              "the harness knows FA3's backward blocks at these head_dims only");
 
 // What mha_fwd and mha_bwd both set (set_params_fprop): q, k, v, o and the LSE in (batch, seqlen,
 // heads, head_dim) layout, the lengths, the scale, no dropout, the causal mask or none.
@@ -79,7 +80,9 @@ size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kA
 // The query rows of FA3's backward blocks on sm90 (mha_bwd's kBlockM_sm90 without softcap, as its
 // flash_bwd_launch_template.h instantiates them): 128 at head_dim 64, 64 causal and 80 otherwise at
 // 128, 64 at 256.
-constexpr int backward_block_m(bool causal) { return kHeadDim == 64 ? 128 : kHeadDim == 128 ? (causal ? 64 : 80) : 64; }
+constexpr int backward_block_m(bool causal) {
+  return kHeadDim == 64 ? 128 : kHeadDim == 128 ? (causal ? 64 : 80) : 64;
+}
 
 // mha_bwd's buffers beside the gradients.
 struct BackwardWorkspace {

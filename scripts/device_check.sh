@@ -246,8 +246,8 @@ profile)
   fi
   [[ -n "${FA3_PID:-}" ]] && { wait "$FA3_PID"; tail -2 "$LOGS/fa3_build.log"; }
   export HOPATTN_LIBRARY=$lib PYTHONPATH=$PWD/python HOPATTN_FA3_PATH=${FA3_DIR:-}/fa/hopper
-  # PROFILE_SECTIONS: more ncu sections (e.g. MemoryWorkloadAnalysis_Tables for shared memory's
-  # bank conflicts), each a replay more.
+  # PROFILE_SECTIONS: more ncu sections, each a replay more (the details page holds what they
+  # print; MemoryWorkloadAnalysis_Tables printed only its rules' advice).
   sections="--section SpeedOfLight --section WarpStateStats --section SourceCounters"
   for section in ${PROFILE_SECTIONS:-}; do sections+=" --section $section"; done
   for impl in hopattn fa3; do
