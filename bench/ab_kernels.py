@@ -4,8 +4,9 @@
 with the same HEAD_DIM), unchanged or edited, in the same interleaved rounds as the benchmarks
 (bench_common.interleaved_ms: L2 flushed, orders permuted per round). 16k tokens per batch, 16
 heads, N(0, 1) inputs, both masks. Each row also has every implementation's largest difference from
-the first --impl's output (O, or dQ, dK and dV), so that a build computing something else shows. The backward is timed alone, after its
-forward: hopattn's registered operator (as bench_backward.py's "hopattn op"), FA3's mha_bwd.
+the first --impl's output (O, or dQ, dK and dV), so that a build computing something else shows.
+The backward is timed alone, after its forward: hopattn's registered operator (as
+bench_backward.py's "hopattn op"), FA3's mha_bwd.
 
 Usage: python3 bench/ab_kernels.py --json out.json --impl main=hop:build/src/libhopattn.so \\
          --impl fa3=fa3:fa3_harness.so [--impl NAME=hop:LIB | NAME=fa3:SO ...] [--seqlens 2048,8192]

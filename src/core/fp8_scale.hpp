@@ -11,7 +11,6 @@
 // included. Tests of a float's class go through its bits for the same reason.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "core/dtype.hpp"

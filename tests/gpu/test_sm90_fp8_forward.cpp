@@ -431,7 +431,7 @@ TEST_F(Sm90Fp8Test, HugeScalesMatchTheReferenceThroughTheExactPath) {
         EXPECT_LT(max_abs, 2e-2);  // NaN fails it
         EXPECT_LT(lse_relative, 1e-5);
         // Every row's scores are that large: its LSE (natural log) times log2(e) past the limit.
-        EXPECT_GT(smallest_lse * 1.4426950408889634, 1.5 * hopattn::kFp8ScaledMaxLimit);
+        EXPECT_GT(smallest_lse * hopattn::kLog2e, 1.5 * hopattn::kFp8ScaledMaxLimit);
         const TransposedCodes v_transposed(v);
         ASSERT_NE(v_transposed.device, nullptr) << "cudaMalloc failed";
         run_fp8(c, q, k, v, out_vt, lse_vt, &v_transposed);

@@ -1,8 +1,9 @@
-// The forward's rare path: the rows of a warp whose scores left the fused exponent's range (a last
-// row offset beyond core/softmax_math.hpp's kFusedOffsetLimit: scores of ~8e6 at the default
-// scale, or huge scales or FP8 descales) are computed again here from global memory, one key at a
-// time, dequantised and in float32 throughout with softmax_exponent, as the CPU backend computes
-// them. No tensor cores and no shared memory: slow, and it leaves the key loop with no second form
+// The forward's rare path: the rows of a warp for which the key loop's result does not hold
+// (OnlineSoftmax::rows_in_range: a last row offset beyond core/softmax_math.hpp's
+// kFusedOffsetLimit, scores of ~8e6 at the default scale or huge scales; FP8, a last scaled max
+// past kFp8ScaledMaxLimit, where the tensor cores' scores are too coarse) are computed again here
+// from global memory, one key at a time, dequantised and in float32 throughout with
+// softmax_exponent, as the CPU backend computes them. No tensor cores and no shared memory: slow, and it leaves the key loop with no second form
 // of the exponent to carry.
 #pragma once
 

@@ -383,8 +383,8 @@ struct ForwardMainloop {
 
   // Run by every consumer thread; `thread_idx` counts from 0 over the consumer warpgroups. Returns
   // with the normalised output in `output` and the per-row log-sum-exp in `lse`, and whether the
-  // thread's rows stayed in the fused exponent's range (always true without kExactRows); where a
-  // warp's did not, recompute_exact_rows must follow.
+  // result holds for the thread's rows (OnlineSoftmax::rows_in_range); where a warp's does not,
+  // recompute_exact_rows must follow.
   // `v_pipeline` hands over the B operand of P V: V blocks (the TMA pipeline) for 16-bit inputs,
   // V^T blocks (the transpose pipeline) for FP8.
   // Inlined with its step lambdas: at FP8 head_dim 256's 128 x 128 tile ptxas otherwise keeps a
