@@ -3,8 +3,8 @@
 // kFusedOffsetLimit, scores of ~8e6 at the default scale or huge scales; FP8, a last scaled max
 // past kFp8ScaledMaxLimit, where the tensor cores' scores are too coarse) are computed again here
 // from global memory, one key at a time, dequantised and in float32 throughout with
-// softmax_exponent, as the CPU backend computes them. No tensor cores and no shared memory: slow, and it leaves the key loop with no second form
-// of the exponent to carry.
+// softmax_exponent, as the CPU backend computes them. No tensor cores and no shared memory: slow,
+// and it leaves the key loop with no second form of the exponent to carry.
 #pragma once
 
 #include <cute/tensor.hpp>
