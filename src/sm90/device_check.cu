@@ -53,7 +53,8 @@ Status check_stream(void* cuda_stream, int device) {
   // capture; cudaStreamIsCapturing is allowed there and still tells a stream from no stream.
   const auto not_a_stream = [&](const char* query, cudaError_t error) {
     return set_error(Status::kInvalidArgument, "options->cuda_stream (" + address(cuda_stream) +
-                                                   ") is not a CUDA stream (" + query + ": " + runtime_error(error) + ")");
+                                                   ") is not a CUDA stream (" + query + ": " +
+                                                   runtime_error(error) + ")");
   };
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaError_t error = cudaStreamIsCapturing(stream, &capture);

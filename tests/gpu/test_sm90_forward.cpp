@@ -839,8 +839,9 @@ TEST_F(Sm90Test, Sm90CaptureIntoACudaGraphReplaysTheCall) {
   cudaGraph_t graph = nullptr;
   ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   const hopattn_status captured = hopattn_forward(&q.desc, &k.desc, &v.desc, &o_graph.desc, nullptr, &options);
-  ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
-  ASSERT_EQ(captured, HOPATTN_OK) << hopattn_last_error();
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  ASSERT_EQ(captured, HOPATTN_OK) << hopattn_last_error();  // the library's reason before the runtime's
+  ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
   cudaGraphExec_t exec = nullptr;
   ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 2; ++replay) ASSERT_CUDA(cudaGraphLaunch(exec, stream));

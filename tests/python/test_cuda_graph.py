@@ -23,12 +23,13 @@ pytestmark = pytest.mark.skipif(hopper_skip_reason(torch) is not None,
 HUGE_HEAD = 1  # its q and k times 1000: scores of ~1e7, past the kernels' fused exponent
 
 
-def inputs(seed, head_dim, dtype):
+def inputs(seed, head_dim):
+    """bfloat16 q, k, v on the GPU; attention_fp8 quantises them itself."""
     gen = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 384, 4, head_dim, generator=gen) for _ in range(3))
     q[:, :, HUGE_HEAD] *= 1000
     k[:, :, HUGE_HEAD] *= 1000
-    return tuple(t.to("cuda", dtype) for t in (q, k, v))
+    return tuple(t.to("cuda", torch.bfloat16) for t in (q, k, v))
 
 
 def bits(t):
@@ -41,7 +42,7 @@ def bits(t):
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_graph_replay_matches_eager(fp8, causal, head_dim):
     call = hopattn.attention_fp8 if fp8 else hopattn.attention
-    static = [t.clone() for t in inputs(0, head_dim, torch.bfloat16)]
+    static = [t.clone() for t in inputs(0, head_dim)]
     side = torch.cuda.Stream()  # capture's warm-up, on a side stream as torch.cuda.graphs asks
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -52,7 +53,7 @@ def test_graph_replay_matches_eager(fp8, causal, head_dim):
         graph_o, graph_lse = call(*static, causal=causal, return_lse=True)
 
     for seed in (1, 2):  # inputs the capture never saw
-        fresh = inputs(seed, head_dim, torch.bfloat16)
+        fresh = inputs(seed, head_dim)
         for dst, src in zip(static, fresh):
             dst.copy_(src)
         graph.replay()
