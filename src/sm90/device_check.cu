@@ -49,13 +49,20 @@ Status check_stream(void* cuda_stream, int device) {
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   // NULL and the two special handles name a stream of whichever device is current.
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return Status::kOk;
-  int stream_device = -1;
-  const cudaError_t error = cudaStreamGetDevice(stream, &stream_device);
-  if (error != cudaSuccess) {
+  // A stream being captured into a CUDA graph refuses cudaStreamGetDevice, and the refusal ends the
+  // capture; cudaStreamIsCapturing is allowed there and still tells a stream from no stream.
+  const auto not_a_stream = [&](const char* query, cudaError_t error) {
     return set_error(Status::kInvalidArgument, "options->cuda_stream (" + address(cuda_stream) +
-                                                   ") is not a CUDA stream (cudaStreamGetDevice: " +
+                                                   ") is not a CUDA stream (" + query + ": " +
                                                    runtime_error(error) + ")");
-  }
+  };
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t error = cudaStreamIsCapturing(stream, &capture);
+  if (error != cudaSuccess) return not_a_stream("cudaStreamIsCapturing", error);
+  if (capture != cudaStreamCaptureStatusNone) return Status::kOk;
+  int stream_device = -1;
+  error = cudaStreamGetDevice(stream, &stream_device);
+  if (error != cudaSuccess) return not_a_stream("cudaStreamGetDevice", error);
   if (stream_device == device) return Status::kOk;
   return set_error(Status::kInvalidArgument, "options->cuda_stream belongs to device " +
                                                  std::to_string(stream_device) + " but the current device is " +
