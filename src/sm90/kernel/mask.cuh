@@ -39,20 +39,22 @@ struct BlockMask {
 
   // Sets the scores of keys a row does not see (beyond its causal limit or beyond seqlen_k, and
   // before the sequence) to -inf. `coords` is the identity tensor of the (kBlockM, kBlockN) tile
-  // partitioned like `scores`.
+  // partitioned like `scores`. Each row's limits are taken less the thread's first column, so that
+  // each score compares a constant column (split_thread_coords; compared as they came, the columns
+  // made head_dim 64 causal's masked step 903 instructions against 445 unmasked).
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void apply(TensorS& scores, TensorC const& coords, int m_block,
                                         int n_block) const {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
-    Tensor c = make_tensor(coords.data(), accumulator_rows_cols(coords.layout()));
-    const int block_first_key = n_block * kBlockN - shift();  // of the sequence
+    const auto c = split_thread_coords(make_tensor(coords.data(), accumulator_rows_cols(coords.layout())));
+    const int block_first_key = n_block * kBlockN - shift() + c.first_col;  // of the sequence, less the offset
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
-      const int row = m_block * kBlockM + get<0>(c(r, 0));
+      const int row = m_block * kBlockM + c.first_row + get<0>(c.thread0(r, 0));
       const int key_end = int(visible_key_end(kCausal, row, seqlen_q, seqlen_k)) - block_first_key;
       CUTE_UNROLL
       for (int col = 0; col < size<1>(s); ++col) {
-        const int column = get<1>(c(r, col));
+        const int column = get<1>(c.thread0(r, col));
         if (column >= key_end || (kShiftedKeys && column < -block_first_key)) s(r, col) = -INFINITY;
       }
     }

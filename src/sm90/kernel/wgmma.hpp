@@ -2,6 +2,8 @@
 // rows and columns, and reusing an accumulator as the register A operand of the next GEMM.
 #pragma once
 
+#include <utility>
+
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
 
@@ -53,6 +55,24 @@ __device__ __forceinline__ auto accumulator_rows_cols(Layout const& acc) {
   auto rows = make_layout(get<0, 1>(acc), get<1>(acc));
   auto cols = make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc));
   return make_layout(rows, cols);
+}
+
+// The (row, column) coordinates of a thread's accumulator elements (an identity tensor partitioned
+// like the accumulator, in accumulator_rows_cols's view) as thread 0's, which are constants of an
+// unrolled loop, plus this thread's offset, the same for every element. Limits and addresses take
+// the offset once, and each element's comparison or load then has an immediate: as the coordinates
+// come, ptxas builds each one from the thread's lane bits (about four instructions an element).
+template <class TensorC>
+struct ThreadCoords {
+  decltype(make_coord_tensor(std::declval<TensorC>().layout())) thread0;
+  int first_row, first_col;  // this thread's offset from thread 0
+};
+
+template <class TensorC>
+__device__ __forceinline__ ThreadCoords<TensorC> split_thread_coords(TensorC const& coords) {
+  Tensor thread0 = make_coord_tensor(coords.layout());
+  return {thread0, int(get<0>(coords(0, 0))) - int(get<0>(thread0(0, 0))),
+          int(get<1>(coords(0, 0))) - int(get<1>(thread0(0, 0)))};
 }
 
 // The register A operand of a 16-bit WGMMA (m64 n k16) holds, per k-step, the same
