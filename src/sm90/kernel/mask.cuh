@@ -47,15 +47,17 @@ struct BlockMask {
                                         int n_block) const {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     const auto c = split_thread_coords(make_tensor(coords.data(), accumulator_rows_cols(coords.layout())));
-    const int block_first_key = n_block * kBlockN - shift() + c.first_col;  // of the sequence, less the offset
+    // The sequence's key under this thread's first column: key_end and the sequence's start are
+    // counted from it.
+    const int thread_first_key = n_block * kBlockN - shift() + c.first_col;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
       const int row = m_block * kBlockM + c.first_row + get<0>(c.thread0(r, 0));
-      const int key_end = int(visible_key_end(kCausal, row, seqlen_q, seqlen_k)) - block_first_key;
+      const int key_end = int(visible_key_end(kCausal, row, seqlen_q, seqlen_k)) - thread_first_key;
       CUTE_UNROLL
       for (int col = 0; col < size<1>(s); ++col) {
         const int column = get<1>(c.thread0(r, col));
-        if (column >= key_end || (kShiftedKeys && column < -block_first_key)) s(r, col) = -INFINITY;
+        if (column >= key_end || (kShiftedKeys && column < -thread_first_key)) s(r, col) = -INFINITY;
       }
     }
   }

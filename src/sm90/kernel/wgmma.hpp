@@ -59,9 +59,9 @@ __device__ __forceinline__ auto accumulator_rows_cols(Layout const& acc) {
 
 // The (row, column) coordinates of a thread's accumulator elements (an identity tensor partitioned
 // like the accumulator, in accumulator_rows_cols's view) as thread 0's, which are constants of an
-// unrolled loop, plus this thread's offset, the same for every element. Limits and addresses take
-// the offset once, and each element's comparison or load then has an immediate: as the coordinates
-// come, ptxas builds each one from the thread's lane bits (about four instructions an element).
+// unrolled loop, plus this thread's offset, the same for every element. A limit then takes the
+// offset once, and each element's comparison has an immediate: as the coordinates come, ptxas
+// builds each one from the thread's lane bits (about four instructions an element; mask.cuh).
 template <class TensorC>
 struct ThreadCoords {
   decltype(make_coord_tensor(std::declval<TensorC>().layout())) thread0;
