@@ -12,7 +12,8 @@ namespace hopattn::sm90 {
 
 using namespace cute;
 
-template <int kBlockM, int kBlockN, bool kCausal, bool kShiftedKeys = false>
+// kConstantColumns: apply() compares constant columns (thread_coords, wgmma.hpp).
+template <int kBlockM, int kBlockN, bool kCausal, bool kShiftedKeys = false, bool kConstantColumns = true>
 struct BlockMask {
   int seqlen_q, seqlen_k;
   // kShiftedKeys: the key blocks start key_shift keys before the sequence's first key (FP8 K block
@@ -39,24 +40,24 @@ struct BlockMask {
 
   // Sets the scores of keys a row does not see (beyond its causal limit or beyond seqlen_k, and
   // before the sequence) to -inf. `coords` is the identity tensor of the (kBlockM, kBlockN) tile
-  // partitioned like `scores`. Each row's limits are taken less the thread's first column, so that
-  // each score compares a constant column (split_thread_coords; compared as they came, the columns
+  // partitioned like `scores`. With kConstantColumns each row's limits are taken less the thread's
+  // first column, so that each score compares a constant column (compared as they came, the columns
   // made head_dim 64 causal's masked step 903 instructions against 445 unmasked).
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void apply(TensorS& scores, TensorC const& coords, int m_block,
                                         int n_block) const {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
-    const auto c = split_thread_coords(make_tensor(coords.data(), accumulator_rows_cols(coords.layout())));
+    const auto c = thread_coords<kConstantColumns>(make_tensor(coords.data(), accumulator_rows_cols(coords.layout())));
     // The sequence's key under this thread's first column: key_end and the sequence's start are
     // counted from it.
     const int thread_first_key = n_block * kBlockN - shift() + c.first_col;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
-      const int row = m_block * kBlockM + c.first_row + get<0>(c.thread0(r, 0));
+      const int row = m_block * kBlockM + c.first_row + get<0>(c.coords(r, 0));
       const int key_end = int(visible_key_end(kCausal, row, seqlen_q, seqlen_k)) - thread_first_key;
       CUTE_UNROLL
       for (int col = 0; col < size<1>(s); ++col) {
-        const int column = get<1>(c.thread0(r, col));
+        const int column = get<1>(c.coords(r, col));
         if (column >= key_end || (kShiftedKeys && column < -thread_first_key)) s(r, col) = -INFINITY;
       }
     }

@@ -2,8 +2,6 @@
 // rows and columns, and reusing an accumulator as the register A operand of the next GEMM.
 #pragma once
 
-#include <utility>
-
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
 
@@ -58,21 +56,26 @@ __device__ __forceinline__ auto accumulator_rows_cols(Layout const& acc) {
 }
 
 // The (row, column) coordinates of a thread's accumulator elements (an identity tensor partitioned
-// like the accumulator, in accumulator_rows_cols's view) as thread 0's, which are constants of an
-// unrolled loop, plus this thread's offset, the same for every element. A limit then takes the
-// offset once, and each element's comparison has an immediate: as the coordinates come, ptxas
-// builds each one from the thread's lane bits (about four instructions an element; mask.cuh).
+// like the accumulator, in accumulator_rows_cols's view) as `coords` plus an offset the same for
+// every element. Split (kSplit): `coords` are thread 0's, constants of an unrolled loop, and the
+// offset is this thread's, so a limit takes the offset once and each element's comparison has an
+// immediate (as the coordinates come, ptxas builds each one from the thread's lane bits: about four
+// instructions an element; mask.cuh). Unsplit: the thread's own coordinates, offset 0.
 template <class TensorC>
 struct ThreadCoords {
-  decltype(make_coord_tensor(std::declval<TensorC>().layout())) thread0;
-  int first_row, first_col;  // this thread's offset from thread 0
+  TensorC coords;
+  int first_row, first_col;
 };
 
-template <class TensorC>
-__device__ __forceinline__ ThreadCoords<TensorC> split_thread_coords(TensorC const& coords) {
-  Tensor thread0 = make_coord_tensor(coords.layout());
-  return {thread0, int(get<0>(coords(0, 0))) - int(get<0>(thread0(0, 0))),
-          int(get<1>(coords(0, 0))) - int(get<1>(thread0(0, 0)))};
+template <bool kSplit, class TensorC>
+__device__ __forceinline__ auto thread_coords(TensorC const& coords) {
+  if constexpr (kSplit) {
+    Tensor thread0 = make_coord_tensor(coords.layout());
+    return ThreadCoords<decltype(thread0)>{thread0, int(get<0>(coords(0, 0))) - int(get<0>(thread0(0, 0))),
+                                           int(get<1>(coords(0, 0))) - int(get<1>(thread0(0, 0)))};
+  } else {
+    return ThreadCoords<TensorC>{coords, 0, 0};
+  }
 }
 
 // The register A operand of a 16-bit WGMMA (m64 n k16) holds, per k-step, the same
