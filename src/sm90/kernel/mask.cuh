@@ -48,8 +48,8 @@ struct BlockMask {
                                         int n_block) const {
     Tensor s = make_tensor(scores.data(), accumulator_rows_cols(scores.layout()));
     const auto c = thread_coords<kConstantColumns>(make_tensor(coords.data(), accumulator_rows_cols(coords.layout())));
-    // The sequence's key under this thread's first column: key_end and the sequence's start are
-    // counted from it.
+    // The sequence's key under column c.first_col (the thread's first with kConstantColumns, else
+    // the block's first): key_end and the sequence's start are counted from it.
     const int thread_first_key = n_block * kBlockN - shift() + c.first_col;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
