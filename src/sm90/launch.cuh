@@ -74,36 +74,38 @@ Status launch_forward_masks(Problem const& problem, DeviceShape const& device, v
                               : launch_forward_kernel<Config, false, DynamicTileScheduler>(problem, device, workspace);
 }
 
-template <class Element, class ElementOut, int kHeadDim, class Tiles, bool kVTransposedInput = false>
+template <class Element, class ElementOut, int kHeadDim, class Tiles, bool kVTransposedInput>
 using TileConfig = ForwardConfig<Element, ElementOut, kHeadDim, Tiles::kBlockM, Tiles::kBlockN, Tiles::kStages,
                                  kVTransposedInput>;
 
-// FP8 takes V in either layout (Fp8ForwardProblem::v_layout), each with a kernel of its own.
-template <class Element, class ElementOut, int kHeadDim, class Tiles, class Problem>
-Status launch_forward_tiles(Problem const& problem, DeviceShape const& device, void* workspace) {
-  if constexpr (sizeof(Element) == 1) {
-    if (problem.v_layout == Fp8Layout::kVTransposed) {
-      return launch_forward_masks<TileConfig<Element, ElementOut, kHeadDim, Tiles, true>>(problem, device, workspace);
+// The tile of the head_dim and V layout, or its shorter one where that wastes less (tile_size.hpp).
+template <class Element, class ElementOut, int kHeadDim, bool kVTransposedInput, class Problem>
+Status launch_forward_sized(Problem const& problem, DeviceShape const& device, void* workspace) {
+  constexpr bool kTransposesV = kernel_transposes_v(int(sizeof(Element)), kVTransposedInput);
+  using Tiles = TileSize<kHeadDim, int(sizeof(Element)), kTransposesV>;
+  using ShortTiles = ShortTileSize<kHeadDim, int(sizeof(Element)), kTransposesV>;
+  if constexpr (ShortTiles::kExists) {
+    if (takes_short_tile<Tiles, ShortTiles>(problem.seqlens.varlen(), problem.causal, problem.seqlens.seqlen_q,
+                                            problem.seqlens.seqlen_k)) {
+      return launch_forward_masks<TileConfig<Element, ElementOut, kHeadDim, ShortTiles, kVTransposedInput>>(
+          problem, device, workspace);
     }
   }
-  return launch_forward_masks<TileConfig<Element, ElementOut, kHeadDim, Tiles>>(problem, device, workspace);
+  return launch_forward_masks<TileConfig<Element, ElementOut, kHeadDim, Tiles, kVTransposedInput>>(problem, device,
+                                                                                                   workspace);
 }
 
-// The head_dim's tile, or its shorter one where that wastes less (tile_size.hpp). Variable-length
-// batches keep the long tile: their lengths are on the device.
+// FP8 takes V in either layout (Fp8ForwardProblem::v_layout), each with kernels of its own.
 template <class Element, class ElementOut, int kHeadDim, class Problem>
 Status launch_forward_config(Problem const& problem, void* workspace) {
-  using Tiles = TileSize<kHeadDim, int(sizeof(Element))>;
-  using ShortTiles = ShortTileSize<kHeadDim, int(sizeof(Element))>;
   DeviceShape device;
   if (Status status = current_device_shape(device); status != Status::kOk) return status;
-  if constexpr (ShortTiles::kExists) {
-    if (!problem.seqlens.varlen() &&
-        prefer_short_tile<Tiles, ShortTiles>(problem.causal, problem.seqlens.seqlen_q, problem.seqlens.seqlen_k)) {
-      return launch_forward_tiles<Element, ElementOut, kHeadDim, ShortTiles>(problem, device, workspace);
+  if constexpr (sizeof(Element) == 1) {
+    if (problem.v_layout == Fp8Layout::kVTransposed) {
+      return launch_forward_sized<Element, ElementOut, kHeadDim, true>(problem, device, workspace);
     }
   }
-  return launch_forward_tiles<Element, ElementOut, kHeadDim, Tiles>(problem, device, workspace);
+  return launch_forward_sized<Element, ElementOut, kHeadDim, false>(problem, device, workspace);
 }
 
 // Bytes of workspace launch_forward<Element, kHeadDim>(problem, ...) needs (the dynamic

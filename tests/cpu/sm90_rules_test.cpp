@@ -238,7 +238,8 @@ TEST(Sm90TileChoice, ShortTileWhereTheLongOneWastesMost) {
                 !sm90::ShortTileSize<128, 2>::kExists);
   auto prefers = [](auto element_bytes, bool causal, int64_t seqlen) {
     constexpr int kBytes = decltype(element_bytes)::value;
-    return sm90::prefer_short_tile<sm90::TileSize<64, kBytes>, sm90::ShortTileSize<64, kBytes>>(causal, seqlen, seqlen);
+    return sm90::takes_short_tile<sm90::TileSize<64, kBytes>, sm90::ShortTileSize<64, kBytes>>(false, causal, seqlen,
+                                                                                               seqlen);
   };
   const std::integral_constant<int, 2> bits16;
   const std::integral_constant<int, 1> fp8;
@@ -256,6 +257,33 @@ TEST(Sm90TileChoice, ShortTileWhereTheLongOneWastesMost) {
   for (int64_t seqlen : {2048, 8192}) {
     EXPECT_FALSE(prefers(bits16, false, seqlen)) << seqlen;
     EXPECT_FALSE(prefers(fp8, false, seqlen)) << seqlen;
+  }
+}
+
+// FP8 head_dim 128: V in rows runs 128 x 128 everywhere (no short tile); V given transposed runs
+// 128 x 192 with 128 x 128 as its short tile, taken where the measured winners are (up to 1k, and
+// causal 2k) and not where 128 x 128 lost or tied (non-causal 2k, 4k and longer). Variable-length
+// batches keep the long tile.
+TEST(Sm90TileChoice, Fp8HeadDim128ShortKeysWhereTheLongOnesWasteMost) {
+  using Rows = sm90::TileSize<128, 1, sm90::kernel_transposes_v(1, false)>;
+  using Transposed = sm90::TileSize<128, 1, sm90::kernel_transposes_v(1, true)>;
+  using TransposedShort = sm90::ShortTileSize<128, 1, sm90::kernel_transposes_v(1, true)>;
+  static_assert(Rows::kBlockM == 128 && Rows::kBlockN == 128 && Transposed::kBlockN == 192);
+  static_assert(!sm90::ShortTileSize<128, 1, sm90::kernel_transposes_v(1, false)>::kExists);
+  static_assert(TransposedShort::kExists && TransposedShort::kBlockN == 128);
+  auto takes_short = [](bool varlen, bool causal, int64_t seqlen) {
+    return sm90::takes_short_tile<Transposed, TransposedShort>(varlen, causal, seqlen, seqlen);
+  };
+  for (int64_t seqlen : {1, 100, 512, 1000, 1024}) {
+    EXPECT_TRUE(takes_short(false, false, seqlen)) << seqlen;
+    EXPECT_TRUE(takes_short(false, true, seqlen)) << seqlen;
+    EXPECT_FALSE(takes_short(true, false, seqlen)) << seqlen;
+  }
+  EXPECT_TRUE(takes_short(false, true, 2048));
+  EXPECT_FALSE(takes_short(false, false, 2048));
+  for (int64_t seqlen : {4096, 8192, 16384, 1 << 20}) {
+    EXPECT_FALSE(takes_short(false, false, seqlen)) << seqlen;
+    EXPECT_FALSE(takes_short(false, true, seqlen)) << seqlen;
   }
 }
 

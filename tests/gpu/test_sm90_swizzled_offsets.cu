@@ -36,7 +36,7 @@ bool brute_force(int lane_rows, int lane_cols, int rows, int row_step, int cols,
 
 template <int kHeadDim>
 void check_tile() {
-  using Tile = TileSize<kHeadDim, 1>;
+  using Tile = TileSize<kHeadDim, 1, /*kTransposesV=*/true>;  // the walks of the kernels that transpose V
   using Config = ForwardConfig<cutlass::float_e4m3_t, cutlass::bfloat16_t, kHeadDim, Tile::kBlockM, Tile::kBlockN,
                                Tile::kStages>;
   using Mainloop = ForwardMainloop<Config, false>;

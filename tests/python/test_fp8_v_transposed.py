@@ -2,7 +2,9 @@
 quantize_fp8(layout="v_transposed") writes the rows codes permuted as the header defines it (a
 reference written from that formula, not from the library's code), pad positions zero;
 forward_fp8 and forward_fp8_varlen give the same o and lse bit for bit from V in either layout
-(varlen with block K scales, whose key blocks start on the same grid in both layouts);
+on the CPU backend (varlen with block K scales, whose key blocks start on the same grid in both
+layouts), and on the GPU the same attention (bit for bit where both layouts run the same tile,
+which tests/gpu/test_sm90_fp8_forward.cpp checks: FP8 head_dim 128 runs other tiles for each);
 the argument checks in Python's names. NumPy arrays and CPU tensors (the CPU backend) everywhere,
 CUDA tensors on a Hopper GPU (skipped elsewhere, saying why).
 """
@@ -185,6 +187,23 @@ def bits(t):
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]).numpy()
 
 
+def assert_same_attention(o_t, lse_t, o, lse):
+    """V given transposed (o_t, lse_t) against V in rows: the same bits on the CPU backend; on the
+    GPU, where the layouts may run different tiles (P rounded to e4m3 against other running
+    maxima), o within 5% in relative RMS and each finite LSE within 4e-3 (the FP8 GPU tests'
+    bounds against the reference), the rows that see no key -inf in both."""
+    if o.device.type == "cpu":
+        np.testing.assert_array_equal(bits(o_t), bits(o))
+        np.testing.assert_array_equal(bits(lse_t), bits(lse))
+        return
+    difference = (o_t.float() - o.float()).norm() / o.float().norm()
+    assert difference < 0.05, f"o with V transposed is {difference:.3e} from V in rows (relative RMS)"
+    lse, lse_t = lse.cpu().numpy(), lse_t.cpu().numpy()
+    np.testing.assert_array_equal(np.isneginf(lse_t), np.isneginf(lse))
+    finite = np.isfinite(lse)
+    np.testing.assert_allclose(lse_t[finite], lse[finite], rtol=0, atol=4e-3)
+
+
 def torch_inputs(torch, seqlen_q, seqlen_k, seed, device, **shape):
     return [torch.from_numpy(x).to(device, torch.bfloat16)
             for x in inputs(seqlen_q, seqlen_k, seed, **shape)]
@@ -229,7 +248,7 @@ def test_torch_quantize_v_transposed(device, seqlen):
 
 @pytest.mark.parametrize("seqlen_k", [17, 1000])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_torch_forward_fp8_from_v_transposed_equals_rows_bit_for_bit(device, seqlen_k, causal):
+def test_torch_forward_fp8_from_v_transposed_matches_rows(device, seqlen_k, causal):
     import torch
 
     q, k, v = torch_inputs(torch, 300, seqlen_k, seqlen_k, device, head_dim=128)
@@ -238,15 +257,14 @@ def test_torch_forward_fp8_from_v_transposed_equals_rows_bit_for_bit(device, seq
     o_t, lse_t = hopattn.forward_fp8(qc, qs, kc, ks, vt, vts, causal=causal, return_lse=True,
                                      v_layout="v_transposed")
     assert o_t.device == q.device
-    np.testing.assert_array_equal(bits(o_t), bits(o))
-    np.testing.assert_array_equal(bits(lse_t), bits(lse))
+    assert_same_attention(o_t, lse_t, o, lse)
     # attention_fp8 quantises V transposed: the same result as the kernel on these codes.
     o_e2e = hopattn.attention_fp8(q, k, v, causal=causal, seed=3)
-    np.testing.assert_array_equal(bits(o_e2e), bits(o))
+    np.testing.assert_array_equal(bits(o_e2e), bits(o_t))
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_torch_forward_fp8_varlen_from_v_transposed_equals_rows_bit_for_bit(device, causal):
+def test_torch_forward_fp8_varlen_from_v_transposed_matches_rows(device, causal):
     import torch
 
     # Sequences that start off every 16-row group and 128-row scale block, one without keys.
@@ -261,10 +279,9 @@ def test_torch_forward_fp8_varlen_from_v_transposed_equals_rows_bit_for_bit(devi
     o_t, lse_t = hopattn.forward_fp8_varlen(qc[0], qs, kc[0], ks, vt[0], vts, cu, cu, 333, 333,
                                             causal=causal, return_lse=True,
                                             v_layout="v_transposed")
-    np.testing.assert_array_equal(bits(o_t), bits(o))
-    np.testing.assert_array_equal(bits(lse_t), bits(lse))
+    assert_same_attention(o_t, lse_t, o, lse)
     o_e2e = hopattn.attention_fp8_varlen(q, k, v, cu, cu, 333, 333, causal=causal, seed=3)
-    np.testing.assert_array_equal(bits(o_e2e), bits(o))
+    np.testing.assert_array_equal(bits(o_e2e), bits(o_t))
 
 
 def test_torch_v_transposed_errors_name_the_argument():

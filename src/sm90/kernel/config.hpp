@@ -12,6 +12,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "sm90/kernel/register_split.hpp"
+#include "sm90/kernel/tile_size.hpp"
 
 namespace hopattn::sm90 {
 
@@ -53,7 +54,7 @@ struct ForwardConfig {
   // performance log).
   static constexpr bool kVTransposedInput = kVTransposedInput_;
   static_assert(kFp8 || !kVTransposedInput, "16-bit P V reads V as it is (MN-major)");
-  static constexpr bool kTransposeV = kFp8 && !kVTransposedInput;
+  static constexpr bool kTransposeV = kernel_transposes_v(int(sizeof(Element)), kVTransposedInput);
   static constexpr int kNumTransposeThreads = kTransposeV ? 96 : 0;
   // Per consumer thread: O (64 x head_dim / 128 floats), S (64 x kBlockN / 128) and P (S in pairs
   // of 16-bit values, or quads of FP8).
