@@ -233,18 +233,21 @@ std::pair<int, int> fp8_tile(bool varlen, bool causal, int64_t seqlen_q, int64_t
   return {Long::kBlockM, Long::kBlockN};
 }
 
-// Whether both V layouts run the same tile: then they compute the same products in the same order,
-// and their outputs agree bit for bit. (Where they do not, each is checked against the reference.)
-bool layouts_share_a_tile(int64_t head_dim, bool varlen, bool causal, int64_t seqlen_q, int64_t seqlen_k) {
-  const auto share = [&](auto head_dim_constant) {
+// Whether both V layouts run the same tile with the same exponent scheme (kernel_form.hpp): then
+// they compute the same products in the same order, and their outputs agree bit for bit. (Where
+// they do not, each is checked against the reference.)
+bool layouts_compute_alike(int64_t head_dim, bool varlen, bool causal, int64_t seqlen_q, int64_t seqlen_k) {
+  const auto alike = [&](auto head_dim_constant) {
     constexpr int kHeadDim = decltype(head_dim_constant)::value;
+    using hopattn::sm90::kernel_uses_row_offsets;
     return fp8_tile<kHeadDim, true>(varlen, causal, seqlen_q, seqlen_k) ==
-           fp8_tile<kHeadDim, false>(varlen, causal, seqlen_q, seqlen_k);
+               fp8_tile<kHeadDim, false>(varlen, causal, seqlen_q, seqlen_k) &&
+           kernel_uses_row_offsets(1, kHeadDim, true) == kernel_uses_row_offsets(1, kHeadDim, false);
   };
   switch (head_dim) {
-    case 64: return share(std::integral_constant<int, 64>{});
-    case 128: return share(std::integral_constant<int, 128>{});
-    case 256: return share(std::integral_constant<int, 256>{});
+    case 64: return alike(std::integral_constant<int, 64>{});
+    case 128: return alike(std::integral_constant<int, 128>{});
+    case 256: return alike(std::integral_constant<int, 256>{});
     default: return false;
   }
 }
@@ -339,7 +342,7 @@ TEST_P(Sm90Fp8Forward, MatchesFloat64ReferenceOfTheDequantisedInputs) {
     std::printf("[ sm90 fp8 ] %-72s %-12s rel %.3e  rmse %.3e  lse max err %.3e\n", name_of(c).c_str(), label, rel,
                 rmse, lse_max_error);
   }
-  if (layouts_share_a_tile(c.head_dim, false, c.causal, c.seqlen_q, c.seqlen_k)) {
+  if (layouts_compute_alike(c.head_dim, false, c.causal, c.seqlen_q, c.seqlen_k)) {
     EXPECT_EQ(std::memcmp(out_vt.data(), out.data(), out.size() * 2), 0) << "O differs with V transposed";
     EXPECT_EQ(std::memcmp(lse_vt.data(), lse.data(), lse.size() * 4), 0) << "LSE differs with V transposed";
   }
@@ -435,7 +438,7 @@ TEST_F(Sm90Fp8Test, NonFiniteAndZeroScalesMakeNaNInTheRowsThatSeeThem) {
 // row's LSE was off by a relative 6e-4 at head_dim 128 before these rows were recomputed): every
 // row is computed again after the key loop from the codes and their scales (exact_rows.cuh), at
 // head_dim 64 beside the row offsets, at 128 and 256 beside the vote. With grouped heads,
-// seqlen_q != seqlen_k and V in rows or given transposed (the same bits where they share a tile).
+// seqlen_q != seqlen_k and V in rows or given transposed (the same bits where they compute alike).
 TEST_F(Sm90Fp8Test, HugeScalesMatchTheReferenceThroughTheExactPath) {
   std::mt19937 rng(23);
   const Scaling block{HOPATTN_FP8_SCALE_BLOCK, 128}, head{HOPATTN_FP8_SCALE_HEAD, 0};
@@ -481,7 +484,7 @@ TEST_F(Sm90Fp8Test, HugeScalesMatchTheReferenceThroughTheExactPath) {
           // Every row's scores are that large: its LSE (natural log) times log2(e) past the limit.
           EXPECT_GT(smallest_lse * hopattn::kLog2e, 1.5 * hopattn::kFp8ScaledMaxLimit);
         }
-        if (layouts_share_a_tile(head_dim, false, causal, c.seqlen_q, c.seqlen_k)) {
+        if (layouts_compute_alike(head_dim, false, causal, c.seqlen_q, c.seqlen_k)) {
           EXPECT_EQ(std::memcmp(out_vt.data(), out.data(), out.size() * 2), 0) << "O differs with V transposed";
           EXPECT_EQ(std::memcmp(lse_vt.data(), lse.data(), lse.size() * 4), 0) << "LSE differs with V transposed";
         }
@@ -599,14 +602,14 @@ TEST_F(Sm90Fp8Test, VarlenMatchesTheCpuBackendOnTheSamePackedCodes) {
           // V given transposed: its key blocks start on groups of 16 (the packings' sequences mostly
           // do not), so against the CPU as above; with K block scales the rows' blocks start on the
           // scale chunks too, the same grid, so the same bits as V in rows where the two layouts
-          // run the same tile.
+          // compute alike.
           const TransposedCodes v_transposed(v);
           const bool ran = !HasFatalFailure() && v_transposed.device != nullptr;
           if (ran) run_sm90(v_transposed.desc, HOPATTN_FP8_LAYOUT_V_TRANSPOSED, out_vt, lse_vt);
           cudaFree(o_device);
           cudaFree(lse_device);
           ASSERT_TRUE(ran && !HasFatalFailure()) << "an SM90 run failed (or cudaMalloc of V transposed)";
-          if (k_blocks && layouts_share_a_tile(head_dim, true, causal, 0, 0)) {
+          if (k_blocks && layouts_compute_alike(head_dim, true, causal, 0, 0)) {
             EXPECT_EQ(std::memcmp(out_vt.data(), out.data(), out.size() * 2), 0) << "O differs with V transposed";
             EXPECT_EQ(std::memcmp(lse_vt.data(), lse.data(), lse.size() * 4), 0) << "LSE differs with V transposed";
           }

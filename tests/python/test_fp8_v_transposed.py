@@ -3,8 +3,9 @@ quantize_fp8(layout="v_transposed") writes the rows codes permuted as the header
 reference written from that formula, not from the library's code), pad positions zero;
 forward_fp8 and forward_fp8_varlen give the same o and lse bit for bit from V in either layout
 on the CPU backend (varlen with block K scales, whose key blocks start on the same grid in both
-layouts), and on the GPU the same attention (bit for bit where both layouts run the same tile,
-which tests/gpu/test_sm90_fp8_forward.cpp checks: FP8 head_dim 128 runs other tiles for each);
+layouts), and on the GPU the same attention (bit for bit where both layouts' kernels compute
+alike, which tests/gpu/test_sm90_fp8_forward.cpp checks: at head_dim 128 and 256 they differ in
+tile or exponent scheme);
 the argument checks in Python's names. NumPy arrays and CPU tensors (the CPU backend) everywhere,
 CUDA tensors on a Hopper GPU (skipped elsewhere, saying why).
 """
@@ -189,8 +190,8 @@ def bits(t):
 
 def assert_same_attention(o_t, lse_t, o, lse):
     """V given transposed (o_t, lse_t) against V in rows: the same bits on the CPU backend; on the
-    GPU, where the layouts may run different tiles (P rounded to e4m3 against other running
-    maxima), o within 5% in relative RMS and each finite LSE within 4e-3 (the FP8 GPU tests'
+    GPU, where the layouts may run different tiles or exponent schemes (P rounded to e4m3 against
+    other running maxima or offsets), o within 5% in relative RMS and each finite LSE within 4e-3 (the FP8 GPU tests'
     bounds against the reference), the rows that see no key -inf in both."""
     if o.device.type == "cpu":
         np.testing.assert_array_equal(bits(o_t), bits(o))

@@ -11,8 +11,8 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "sm90/kernel/kernel_form.hpp"
 #include "sm90/kernel/register_split.hpp"
-#include "sm90/kernel/tile_size.hpp"
 
 namespace hopattn::sm90 {
 
@@ -121,13 +121,8 @@ struct ForwardConfig {
   // (performance log, "No pingpong for FP8").
   static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && kHeadDim <= 128 && !kFp8;
 
-  // The softmax's exponent scheme (softmax.cuh): row offsets, with no vote in the key loop and the
-  // rare rows out of range computed again after it (exact_rows.cuh), or a per-step vote between the
-  // fused and the exact exponent (FP8 rows past fp8_scores_hold are computed again in both). Row
-  // offsets at 16-bit (+2-4% at bf16 head_dim 128) and FP8 head_dim 64 (+4-13%); FP8 head_dim 128
-  // ran 4-5% slower on them at 8k (performance log, eighteenth session) and head_dim 256's is not
-  // yet measured, so both keep the vote.
-  static constexpr bool kRowOffsets = !kFp8 || kHeadDim == 64;
+  // The softmax's exponent scheme (kernel_form.hpp): row offsets or the per-step vote.
+  static constexpr bool kRowOffsets = kernel_uses_row_offsets(int(sizeof(Element)), kHeadDim, kTransposeV);
 
   // Without kOwnOutputBuffer (below) the epilogue stages O in the buffer P.V reads (V's, or V^T's
   // where the kernel transposes V), not Q's: the next tile's Q and K (and V in rows, for the

@@ -59,14 +59,9 @@
 #include <cstdint>
 
 #include "core/causal_mask.hpp"
+#include "sm90/kernel/kernel_form.hpp"
 
 namespace hopattn::sm90 {
-
-// Whether the forward kernel transposes V in shared memory: FP8 with V in rows, since FP8 WGMMA
-// reads both operands K-major. 16-bit V, and FP8 V given transposed, are read as TMA brings them in.
-constexpr bool kernel_transposes_v(int element_bytes, bool v_transposed_input) {
-  return element_bytes == 1 && !v_transposed_input;
-}
 
 // kTransposesV: kernel_transposes_v's answer, which only FP8 head_dim 128's tile depends on.
 template <int kHeadDim, int kElementBytes, bool kTransposesV = false>
