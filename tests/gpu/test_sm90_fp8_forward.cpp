@@ -240,9 +240,11 @@ bool layouts_compute_alike(int64_t head_dim, bool varlen, bool causal, int64_t s
   const auto alike = [&](auto head_dim_constant) {
     constexpr int kHeadDim = decltype(head_dim_constant)::value;
     using hopattn::sm90::kernel_uses_row_offsets;
-    return fp8_tile<kHeadDim, true>(varlen, causal, seqlen_q, seqlen_k) ==
-               fp8_tile<kHeadDim, false>(varlen, causal, seqlen_q, seqlen_k) &&
-           kernel_uses_row_offsets(1, kHeadDim, true) == kernel_uses_row_offsets(1, kHeadDim, false);
+    const std::pair<int, int> rows = fp8_tile<kHeadDim, true>(varlen, causal, seqlen_q, seqlen_k);
+    const std::pair<int, int> transposed = fp8_tile<kHeadDim, false>(varlen, causal, seqlen_q, seqlen_k);
+    return rows == transposed &&
+           kernel_uses_row_offsets(1, kHeadDim, rows.second, true) ==
+               kernel_uses_row_offsets(1, kHeadDim, transposed.second, false);
   };
   switch (head_dim) {
     case 64: return alike(std::integral_constant<int, 64>{});

@@ -4,8 +4,8 @@ reference written from that formula, not from the library's code), pad positions
 forward_fp8 and forward_fp8_varlen give the same o and lse bit for bit from V in either layout
 on the CPU backend (varlen with block K scales, whose key blocks start on the same grid in both
 layouts), and on the GPU the same attention (bit for bit where both layouts' kernels compute
-alike, which tests/gpu/test_sm90_fp8_forward.cpp checks: at head_dim 128 and 256 they differ in
-tile or exponent scheme);
+alike, which tests/gpu/test_sm90_fp8_forward.cpp checks: at head_dim 128 and 256 they may differ
+in tile or exponent scheme);
 the argument checks in Python's names. NumPy arrays and CPU tensors (the CPU backend) everywhere,
 CUDA tensors on a Hopper GPU (skipped elsewhere, saying why).
 """

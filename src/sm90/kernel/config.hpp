@@ -122,7 +122,7 @@ struct ForwardConfig {
   static constexpr bool kPingpong = kNumConsumerWarpgroups >= 2 && kHeadDim <= 128 && !kFp8;
 
   // The softmax's exponent scheme (kernel_form.hpp): row offsets or the per-step vote.
-  static constexpr bool kRowOffsets = kernel_uses_row_offsets(int(sizeof(Element)), kHeadDim, kTransposeV);
+  static constexpr bool kRowOffsets = kernel_uses_row_offsets(int(sizeof(Element)), kHeadDim, kBlockN, kTransposeV);
 
   // Without kOwnOutputBuffer (below) the epilogue stages O in the buffer P.V reads (V's, or V^T's
   // where the kernel transposes V), not Q's: the next tile's Q and K (and V in rows, for the
