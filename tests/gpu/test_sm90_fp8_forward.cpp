@@ -254,6 +254,19 @@ bool layouts_compute_alike(int64_t head_dim, bool varlen, bool causal, int64_t s
   }
 }
 
+// The tests below compare the two V layouts' bits only where layouts_compute_alike: that must hold
+// somewhere in their cases, or those comparisons would never run (head_dim 64, and head_dim 128's
+// 128-key tiles), and not where the kernels differ (head_dim 128's 192-key tile and varlen
+// batches, head_dim 256's exponent schemes). Needs no GPU.
+TEST(Sm90Fp8LayoutRule, TheBitsAreComparedWhereTheLayoutsComputeAlike) {
+  EXPECT_TRUE(layouts_compute_alike(64, false, true, 1000, 1000));
+  EXPECT_TRUE(layouts_compute_alike(64, true, false, 0, 0));
+  EXPECT_TRUE(layouts_compute_alike(128, false, false, 1000, 1000));
+  EXPECT_FALSE(layouts_compute_alike(128, false, false, 4096, 4096));
+  EXPECT_FALSE(layouts_compute_alike(128, true, false, 0, 0));
+  EXPECT_FALSE(layouts_compute_alike(256, false, false, 1000, 1000));
+}
+
 // Runs the SM90 FP8 forward; out and lse come back as the host copies of o and lse. With
 // `v_transposed`, V is read from it (the same codes in HOPATTN_FP8_LAYOUT_V_TRANSPOSED).
 void run_fp8(const Fp8Case& c, const QuantisedTensor& q, const QuantisedTensor& k, const QuantisedTensor& v,
