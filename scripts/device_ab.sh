@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine, one call: the tree and experiments built side by side, then timed in one run
 # with FlashAttention-3 and the SDPA peers (bench_forward.py --variant; bench_varlen.py too with
-# --varlen; with --fp8, bench_fp8.py --variant instead, beside FA3's FP8 and cuDNN's FP8 when its
-# wheel is carried; with --backward, bench_backward.py --variant beside FA3's backward). Each
-# experiment is NAME=EDIT, EDIT a shell command run in a copy of the tree (scripts/build_variant.sh,
-# into .variants/), e.g. a sed of a tuning constant or `patch -p1 < $root/.peers/exp/x.patch`
-# ($root: the tree). Every build first passes bench/variant_smoke.py (small calls against a float64
-# reference, under a timeout) or is left out, so that a hanging experiment costs its smoke test only.
+# --varlen; with --fp8, bench_fp8.py --variant instead, each variant in both V layouts, beside
+# FA3's FP8 and cuDNN's FP8 when its wheel is carried; with --backward, bench_backward.py
+# --variant beside FA3's backward). Each experiment is NAME=EDIT, EDIT a shell command run in a
+# copy of the tree (scripts/build_variant.sh, into .variants/), e.g. a sed of a tuning constant or
+# `patch -p1 < $root/.peers/exp/x.patch` ($root: the tree). Every build first passes
+# bench/variant_smoke.py (small calls against a float64 reference, under a timeout) or is left
+# out, so that a hanging experiment costs its smoke test only.
 # The representative kernels (bf16, head_dim 128) unless --kernels all or a list of the kernels the
 # benchmark times (forward_fp8_bf16_hdim256,forward_bf16_hdim256,...: generate.py --only), so the
 # default sweep is head_dim 128 (--head-dims for others, with their kernels).
@@ -110,7 +111,8 @@ if ((fp8)); then
   # shellcheck disable=SC2086
   PYTHONPATH=$PYTHONPATH:/tmp/cudnn-frontend LD_LIBRARY_PATH=${cudnn_lib:-}:${LD_LIBRARY_PATH:-} \
     timeout 400 python3 -u bench/bench_fp8.py --json "$R/ab_fp8.json" --head-dims $head_dims --seqlens $seqlens \
-    --commit "$commit" "${timing[@]}" "${variants[@]}" 2>"$L/ab_fp8_progress.log" | tee "$R/ab_fp8.txt"
+    --commit "$commit" "${timing[@]}" "${variants[@]}" --variant-of hopattn_fp8,hopattn_fp8_vt \
+    2>"$L/ab_fp8_progress.log" | tee "$R/ab_fp8.txt"
   exit
 fi
 if ((backward)); then
