@@ -12,7 +12,8 @@
 
 namespace {
 constexpr int kSkipExitCode = 77;
-constexpr const char* kTestsWithoutGpu = "Sm90Backend.BuildReportsKernels:Sm90SwizzledOffsets.*:Sm90BackwardLayouts.*:Sm90Fp8LayoutRule.*";
+constexpr const char* kTestsWithoutGpu =
+    "Sm90Backend.BuildReportsKernels:Sm90SwizzledOffsets.*:Sm90BackwardLayouts.*:Sm90Fp8LayoutRule.*";
 }  // namespace
 
 int main(int argc, char** argv) {

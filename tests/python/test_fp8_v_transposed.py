@@ -191,8 +191,8 @@ def bits(t):
 def assert_same_attention(o_t, lse_t, o, lse):
     """V given transposed (o_t, lse_t) against V in rows: the same bits on the CPU backend; on the
     GPU, where the layouts may run different tiles or exponent schemes (P rounded to e4m3 against
-    other running maxima or offsets), o within 5% in relative RMS and each finite LSE within 4e-3 (the FP8 GPU tests'
-    bounds against the reference), the rows that see no key -inf in both."""
+    other running maxima or offsets), o within 5% in relative RMS and each finite LSE within 4e-3
+    (the FP8 GPU tests' bounds against the reference), the rows that see no key -inf in both."""
     if o.device.type == "cpu":
         np.testing.assert_array_equal(bits(o_t), bits(o))
         np.testing.assert_array_equal(bits(lse_t), bits(lse))

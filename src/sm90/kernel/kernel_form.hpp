@@ -17,8 +17,9 @@ constexpr bool kernel_transposes_v(int element_bytes, bool v_transposed_input) {
 // +4-13%; in the FP8 kernels that transpose V, head_dim 128 +1-7% up to 8k keys and -4..+5% at
 // 16k, 256 +5-12% (twenty-fifth session, two runs of this rule); with V given transposed +2-4.5%
 // on head_dim 128's 128-key tile (its short tile: 512 and 1k keys, causal 2k), but they lost 1-6%
-// on its 192-key tile from 4k keys and 2-10% at head_dim 256 non-causal, so those keep the vote. Why the forms differ is not known; the
-// transposing kernels' consumers hold 232 registers rather than 240.
+// on its 192-key tile from 4k keys and 2-10% at head_dim 256 non-causal, so those keep the vote.
+// Why the forms differ is not known; the transposing kernels' consumers hold 232 registers rather
+// than 240.
 constexpr bool kernel_uses_row_offsets(int element_bytes, int head_dim, int block_n, bool transposes_v) {
   return element_bytes == 2 || head_dim == 64 || transposes_v || (head_dim == 128 && block_n == 128);
 }
