@@ -85,9 +85,11 @@ struct ForwardConfig {
   // holds its warpgroup's 64 query rows of Q (64 x head_dim / 256 registers), loaded once per tile
   // while the tile's first Q K^T reads Q from shared memory (TiledMmaQKShared). Measured +1-6% at
   // head_dim 128 (performance log, "Q in registers"). Two consumer warpgroups up to head_dim 128
-  // only: at three (160 registers each) and past 128 it spills. Not FP8: beside the transposing
-  // warps its key loop lost more to the registers than it gained (0.87-0.96x).
-  static constexpr bool kQInRegisters = !kFp8 && kNumConsumerWarpgroups == 2 && kHeadDim <= 128;
+  // only: at three (160 registers each) and past 128 it spills. FP8 on 128-key blocks too (head_dim
+  // 128 with V in rows +1-7%, its short tile with V given transposed +0-4%; performance log,
+  // twenty-seventh session), but not on 192-key blocks, whose fragments leave it too few registers
+  // (V given transposed from 2k keys: 6-8% slower).
+  static constexpr bool kQInRegisters = kNumConsumerWarpgroups == 2 && kHeadDim <= 128 && kBlockN <= 128;
   using QKShape = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;
   using TiledMmaQKShared =
       decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, QKShape>(), WarpgroupLayout{}));

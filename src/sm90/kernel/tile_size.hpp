@@ -30,6 +30,7 @@
 // warpgroups), or 240 beside 24 where their fragments need it (config.hpp: head_dim 256); the K
 // scales, per multiple of 128 keys, apply per chunk of gcd(kBlockN, 128) keys. V in rows is
 // transposed by the kernel into a buffer of its own (Vt); V given transposed is loaded as it is.
+// head_dim 128's 128-key tiles hold their Q rows in registers too (16 more; kQInRegisters).
 //   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V (+ Vt)
 //   64        192 x 128          2       32 + 64 + 16           12 + 16 + 16 + 24 (O) =  68 KB
 //   128 rows  128 x 128          2       64 + 64 + 16           16 + 32 + 32 + 32     = 112 KB
