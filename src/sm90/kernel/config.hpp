@@ -82,13 +82,14 @@ struct ForwardConfig {
   // 4096/N + 64 bytes of shared memory per tensor-core cycle (A 2 KB, B 32N bytes, in N/2 cycles)
   // of the SM's 128, so at N = 128 Q K^T asks 96 of them and, beside P V's 64 and the K/V loads,
   // keeps shared memory near its limit; with Q in registers Q K^T asks 64. Each consumer thread
-  // holds its warpgroup's 64 query rows of Q (64 x head_dim / 256 registers), loaded once per tile
-  // while the tile's first Q K^T reads Q from shared memory (TiledMmaQKShared). Measured +1-6% at
-  // head_dim 128 (performance log, "Q in registers"). Two consumer warpgroups up to head_dim 128
-  // only: at three (160 registers each) and past 128 it spills. FP8 on 128-key blocks too (head_dim
-  // 128 with V in rows +1-7%, its short tile with V given transposed +0-4%; performance log,
-  // twenty-seventh session), but not on 192-key blocks, whose fragments leave it too few registers
-  // (V given transposed from 2k keys: 6-8% slower).
+  // holds its warpgroup's 64 query rows of Q (64 x head_dim x bytes / 512 registers: 32 at 16-bit
+  // head_dim 128, 16 at FP8), loaded once per tile while the tile's first Q K^T reads Q from shared
+  // memory (TiledMmaQKShared). Measured +1-6% at head_dim 128 (performance log, "Q in registers").
+  // Two consumer warpgroups up to head_dim 128 only: at three (160 registers each) and past 128 it
+  // spills. FP8 on 128-key blocks too (head_dim 128 with V in rows +1-7%, its short tile with V
+  // given transposed +0-4%; performance log, twenty-seventh session), but not on 192-key blocks (V
+  // given transposed from 2k keys: 6-8% slower), whose fragments already take 184 of the
+  // consumers' registers.
   static constexpr bool kQInRegisters = kNumConsumerWarpgroups == 2 && kHeadDim <= 128 && kBlockN <= 128;
   using QKShape = Shape<_64, Int<kBlockN>, Int<kHeadDim>>;
   using TiledMmaQKShared =
