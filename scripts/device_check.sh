@@ -207,9 +207,10 @@ fp8)
   timeout 300 "$fp8_tests" >"$LOGS/test_sm90_fp8.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED  \]|Failure|Expected|Which is|rel " "$LOGS/test_sm90_fp8.log" \
     | grep -v "^\[ sm90 fp8 \]" | head -40
-  # The case's name is field 5; its error follows "rel" (the layout before it is one or three words).
+  # One line per case and V layout; the case's name is field 5, its error follows "rel" (the layout
+  # before it is one or three words).
   awk '/^\[ sm90 fp8 \]/ {n++; for (i = 6; i < NF; i++) if ($i == "rel" && $(i + 1) + 0 > worst) {worst = $(i + 1) + 0; name = $5}}
-       END {print n " FP8 cases, largest relative error " worst " (" name ")"}' \
+       END {print n " FP8 results (a case in one V layout each), largest relative error " worst " (" name ")"}' \
     "$LOGS/test_sm90_fp8.log"
   lib=$(find build-device -name 'libhopattn.so' | head -1)
   ptxas_report
