@@ -4,13 +4,14 @@ trades clock against work per cycle.
 
 Each phase runs one implementation back to back for --phase-s seconds while nvidia-smi samples the
 SM clock and the board power every 50 ms; the phases alternate implementations, twice per case in
-reversed order. Per phase: TFLOP/s, mean SM clock and power, TFLOP per joule, and FLOP per SM per
-SM cycle (the work per cycle; only roughly independent of the clock, since memory latency costs
+reversed order. Per phase: TFLOP/s, mean SM clock and power, TFLOP per joule, and FLOP per SM
+cycle of one SM (the work per cycle; only roughly independent of the clock, since memory latency costs
 fewer cycles at a lower one). FA3 as bench_forward.py finds it (--fa3-path or $HOPATTN_FA3_PATH).
 Usage: python3 bench/power_clocks.py --json bench/results/power_clocks.json
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,31 +25,39 @@ from bench_forward import forward_flops, implementations
 CASES = [(2, 8192, 16, 128, False), (1, 16384, 16, 128, False), (2, 8192, 16, 128, True)]
 NAMES = ("hopattn", "fa3", "sdpa_cudnn")
 SAMPLE_MS = 50
-SETTLE_SAMPLES = 8  # the first 0.4 s of a phase, while the clock moves from the last one's
+SETTLE_SAMPLES = 8  # the sampler's start (0.3 s before the loop) and the loop's first 0.1 s
+
+
+def sampler_gpu():
+    """The GPU torch runs on, as nvidia-smi -i names it (its UUID), so that other cards' samples on a
+    multi-GPU host stay out."""
+    uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
 
 
 def sampled_fields():
     """nvidia-smi's query: the instantaneous power where this driver has it, else its average."""
     fields = "clocks.sm,power.draw.instant"
-    probe = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(["nvidia-smi", "-i", sampler_gpu(), f"--query-gpu={fields}",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True)
     return fields if probe.returncode == 0 else "clocks.sm,power.draw"
 
 
 def phase(call, flops, seconds, fields, sms):
     """One implementation back to back for `seconds`, and what the GPU did meanwhile."""
-    sampler = subprocess.Popen(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits",
-                                "-lms", str(SAMPLE_MS)], stdout=subprocess.PIPE, text=True)
+    sampler = subprocess.Popen(["nvidia-smi", "-i", sampler_gpu(), f"--query-gpu={fields}",
+                                "--format=csv,noheader,nounits", "-lms", str(SAMPLE_MS)],
+                               stdout=subprocess.PIPE, text=True)
     time.sleep(0.3)  # nvidia-smi's start
     torch.cuda.synchronize()
-    start = time.time()
+    start = time.perf_counter()
     launches = 0
-    while time.time() - start < seconds:
+    while time.perf_counter() - start < seconds:
         for _ in range(10):
             call()
         launches += 10
         torch.cuda.synchronize()
-    elapsed = time.time() - start
+    elapsed = time.perf_counter() - start
     sampler.terminate()
     samples = []
     for line in sampler.communicate()[0].strip().splitlines():
@@ -57,6 +66,8 @@ def phase(call, flops, seconds, fields, sms):
         except ValueError:  # "[N/A]" or a line cut by the terminate
             pass
     samples = samples[SETTLE_SAMPLES:] or samples
+    if not samples:
+        raise RuntimeError(f"nvidia-smi gave no samples of {fields}")
     clock_mhz = sum(s[0] for s in samples) / len(samples)
     power_w = sum(s[1] for s in samples) / len(samples)
     seconds_per_launch = elapsed / launches
@@ -70,6 +81,7 @@ def main():
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--phase-s", type=float, default=2.5, help="seconds each phase runs")
     parser.add_argument("--fa3-path", help="FA3's hopper/ directory")
+    parser.add_argument("--commit", default=os.environ.get("HOPATTN_COMMIT", "unknown"))
     args = parser.parse_args()
 
     fa3, fa3_info = load_fa3(args.fa3_path)
@@ -88,13 +100,14 @@ def main():
                 call()
                 torch.cuda.synchronize()
                 row = phase(call, flops, args.phase_s, fields, sms)
-                row.update(name=name, head_dim=head_dim, seqlen=seqlen, causal=causal, rep=rep)
+                row.update(name=name, batch=batch, heads=heads, head_dim=head_dim, seqlen=seqlen, causal=causal,
+                           rep=rep)
                 results.append(row)
                 print(f"d{head_dim} {seqlen}{' causal' if causal else ''} {name} (phase {rep}): "
                       f"{row['tflops']:.1f} TFLOP/s, {row['clock_mhz']:.0f} MHz, {row['power_w']:.0f} W, "
                       f"{row['tflop_per_joule']:.3f} TFLOP/J, {row['flop_per_sm_cycle']:.0f} FLOP per SM cycle",
                       flush=True)
-    report = dict(gpu=torch.cuda.get_device_name(), command=" ".join(sys.argv), sampled=fields,
+    report = dict(gpu=torch.cuda.get_device_name(), commit=args.commit, command=" ".join(sys.argv), sampled=fields,
                   sample_ms=SAMPLE_MS, phase_s=args.phase_s, fa3=fa3_info, results=results)
     args.json.write_text(json.dumps(report, indent=1))
 
