@@ -5,8 +5,8 @@ trades clock against work per cycle.
 Each phase runs one implementation back to back for --phase-s seconds while nvidia-smi samples the
 SM clock and the board power every 50 ms; the phases alternate implementations, twice per case in
 reversed order. Per phase: TFLOP/s, mean SM clock and power, TFLOP per joule, and FLOP per SM
-cycle of one SM (the work per cycle; only roughly independent of the clock, since memory latency costs
-fewer cycles at a lower one). FA3 as bench_forward.py finds it (--fa3-path or $HOPATTN_FA3_PATH).
+cycle of one SM (the work per cycle; only roughly independent of the clock, since memory latency
+costs fewer cycles at a lower one). FA3 as bench_forward.py finds it (--fa3-path or $HOPATTN_FA3_PATH).
 Usage: python3 bench/power_clocks.py --json bench/results/power_clocks.json
 """
 import argparse
@@ -35,17 +35,17 @@ def sampler_gpu():
     return f"GPU-{uuid}" if uuid is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
 
 
-def sampled_fields():
+def sampled_fields(gpu):
     """nvidia-smi's query: the instantaneous power where this driver has it, else its average."""
     fields = "clocks.sm,power.draw.instant"
-    probe = subprocess.run(["nvidia-smi", "-i", sampler_gpu(), f"--query-gpu={fields}",
+    probe = subprocess.run(["nvidia-smi", "-i", gpu, f"--query-gpu={fields}",
                             "--format=csv,noheader,nounits"], capture_output=True, text=True)
     return fields if probe.returncode == 0 else "clocks.sm,power.draw"
 
 
-def phase(call, flops, seconds, fields, sms):
+def phase(call, flops, seconds, gpu, fields, sms):
     """One implementation back to back for `seconds`, and what the GPU did meanwhile."""
-    sampler = subprocess.Popen(["nvidia-smi", "-i", sampler_gpu(), f"--query-gpu={fields}",
+    sampler = subprocess.Popen(["nvidia-smi", "-i", gpu, f"--query-gpu={fields}",
                                 "--format=csv,noheader,nounits", "-lms", str(SAMPLE_MS)],
                                stdout=subprocess.PIPE, text=True)
     time.sleep(0.3)  # nvidia-smi's start
@@ -88,7 +88,8 @@ def main():
     if fa3 is None:
         print(f"FlashAttention-3 not available: {fa3_info['reason']}", file=sys.stderr)
     impls = {name: fn for name, fn in implementations(fa3).items() if name in NAMES}
-    fields = sampled_fields()
+    gpu = sampler_gpu()
+    fields = sampled_fields(gpu)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = []
     for batch, seqlen, heads, head_dim, causal in CASES:
@@ -99,7 +100,7 @@ def main():
                 call = lambda fn=impls[name]: fn(q, k, v, causal)  # noqa: E731
                 call()
                 torch.cuda.synchronize()
-                row = phase(call, flops, args.phase_s, fields, sms)
+                row = phase(call, flops, args.phase_s, gpu, fields, sms)
                 row.update(name=name, batch=batch, heads=heads, head_dim=head_dim, seqlen=seqlen, causal=causal,
                            rep=rep)
                 results.append(row)
