@@ -1,7 +1,8 @@
 // SwizzledOffsets (sm90/kernel/swizzled_offsets.hpp) on the host, no GPU needed: for the V and V^T
 // layouts of every FP8 tile the kernels are built with, the per-axis proof the transpose's static
 // assertion relies on agrees with a brute force over every lane coordinate, unit, stage and order,
-// and the proof rejects a walk whose units overlap the lane's own bits.
+// and the proof rejects a walk whose units overlap the lane's own bits. For the 16-bit P buffer
+// (P from shared memory), its offsets are the byte offsets CuTe itself addresses the buffer with.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -59,6 +60,51 @@ TEST(Sm90SwizzledOffsets, TheTransposeWalksDecomposeAtEveryFp8Tile) {
   check_tile<64>();
   check_tile<128>();
   check_tile<256>();
+}
+
+// 16-bit tiles whose P V reads P from shared memory (head_dim 128's and 96's 192 x 128 under
+// trial, performance log, 2026-12-08 thirty-second): every element's offset, and every lane's
+// stmatrix address moved by each 16 keys (stage_p's walk), against the address CuTe's swizzled
+// tensor gives it in a buffer aligned as the kernel's. Swizzling element offsets instead of byte
+// offsets puts most elements elsewhere.
+template <class Element, int kHeadDim, int kRows, int kKeys>
+void check_p_buffer() {
+  using Config = ForwardConfig<Element, Element, kHeadDim, kRows, kKeys, /*kStages=*/2>;
+  static_assert(Config::kPFromShared);
+  using Mainloop = ForwardMainloop<Config, false>;
+  using Offsets = typename Mainloop::POffsets;
+  using Layout = typename Config::SmemLayoutP;
+  SCOPED_TRACE("head_dim " + std::to_string(kHeadDim) + ", " + std::to_string(kRows) + " x " + std::to_string(kKeys));
+  alignas(1024) static Element buffer[cute::cosize_v<Layout>];
+  auto tensor = cute::make_tensor(cute::make_smem_ptr(buffer), Layout{});
+  auto cute_offset = [&](int row, int key) {
+    return uint32_t(reinterpret_cast<char const*>(&tensor(row, key, 0)) - reinterpret_cast<char const*>(buffer));
+  };
+  int misplaced = 0, element_unit_misplaced = 0;
+  for (int row = 0; row < kRows; ++row) {
+    for (int key = 0; key < kKeys; ++key) {
+      const uint32_t want = cute_offset(row, key);
+      misplaced += Offsets::swizzled(row, key, 0) != want;
+      element_unit_misplaced += SwizzledOffsets<Layout>::swizzled(row, key, 0) * sizeof(Element) != want;
+    }
+  }
+  EXPECT_EQ(misplaced, 0);
+  EXPECT_GT(element_unit_misplaced, kRows * kKeys / 2);
+  EXPECT_TRUE(Offsets::decomposes(Mainloop::kPLaneRows, Mainloop::kPLaneKeys, kRows, Mainloop::kPLaneRows, kKeys, 16));
+  for (int row = 0; row < kRows; ++row) {
+    for (int lane_key = 0; lane_key < Mainloop::kPLaneKeys; lane_key += 8) {
+      for (int key0 = 0; key0 < kKeys; key0 += 16) {
+        EXPECT_EQ(Offsets::offset(Offsets::swizzled(row, lane_key, 0), 0, key0), cute_offset(row, lane_key + key0))
+            << "row " << row << ", keys " << lane_key + key0;
+      }
+    }
+  }
+}
+
+TEST(Sm90SwizzledOffsets, SixteenBitOffsetsAreCuteAddresses) {
+  check_p_buffer<cutlass::bfloat16_t, 128, 192, 128>();
+  check_p_buffer<cutlass::half_t, 128, 192, 128>();
+  check_p_buffer<cutlass::bfloat16_t, 96, 192, 128>();
 }
 
 }  // namespace

@@ -74,9 +74,9 @@ struct ForwardConfig {
   using TileShapePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O += P V
   using WarpgroupLayout = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
 
-  // Q from registers (kQInRegisters) or shared memory, K from shared memory; P from registers (it
-  // never leaves them), V^T from shared memory: 16-bit reads it MN-major from V's buffer as TMA
-  // filled it, FP8 K-major from the transposed copy.
+  // Q from registers (kQInRegisters) or shared memory, K from shared memory; P from registers
+  // (where it never leaves them) or shared memory (kPFromShared, below), V^T from shared memory:
+  // 16-bit reads it MN-major from V's buffer as TMA filled it, FP8 K-major from the transposed copy.
   //
   // Q in registers, an idea FlashAttention-3 does not use on Hopper: an ss WGMMA m64nNk16 reads
   // 4096/N + 64 bytes of shared memory per tensor-core cycle (A 2 KB, B 32N bytes, in N/2 cycles)
@@ -98,10 +98,24 @@ struct ForwardConfig {
       kQInRegisters,
       decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, QKShape>(), WarpgroupLayout{})),
       TiledMmaQKShared>;
+  // P from shared memory (kPFromShared), an option of FlashAttention-3's tile table: three 16-bit
+  // consumer warpgroups whose O, S and P would exceed the 128 registers a thread that leaves the
+  // key loop's other state room. Each warpgroup then stores its P (64 x kBlockN) to a buffer of its
+  // own rows and P V reads it there, so only O and S stay in registers (head_dim 128's 192 x 128:
+  // 64 + 64 of 160), and each warpgroup's softmax hides under four GEMMs of the other two rather
+  // than two. Measured +3-9% non-causal at head_dim 128 from 2k keys over 128 x 128, though both
+  // GEMMs then read A from shared memory (performance log, 2026-12-07 thirty-first). No tile takes
+  // it yet: head_dim 128's 192 x 128 waits for its GPU tests (2026-12-08, thirty-second).
+  static constexpr bool kPFromShared = !kFp8 && kNumConsumerWarpgroups == 3 && kFragmentRegisters > 128;
+  using PVShape = Shape<_64, Int<kHeadDim>, Int<kBlockN>>;
+  static constexpr GMMA::Major kVtMajor = kFp8 ? GMMA::Major::K : GMMA::Major::MN;
   using TiledMmaPV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
-                           GMMA::Major::K, kFp8 ? GMMA::Major::K : GMMA::Major::MN>(),
+      conditional_t<kPFromShared,
+                    decltype(GMMA::ss_op_selector<Element, Element, float, PVShape, GMMA::Major::K, kVtMajor>()),
+                    decltype(GMMA::rs_op_selector<Element, Element, float, PVShape, GMMA::Major::K, kVtMajor>())>{},
       WarpgroupLayout{}));
+  // P, (query rows, keys, 1 stage), keys contiguous: the A operand of P V where kPFromShared.
+  using SmemLayoutP = decltype(tile_to_shape(KMajorAtom<Element, kBlockN>{}, Shape<Int<kBlockM>, Int<kBlockN>, _1>{}));
 
   using SmemAtom = KMajorAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));

@@ -76,6 +76,10 @@ struct ForwardMainloop {
   struct OutputStorage {
     alignas(1024) cute::array_aligned<typename Config::ElementOut, cosize_v<typename Config::SmemLayoutO>, 1024> o;
   };
+  // P, where P V reads it from shared memory (Config::kPFromShared).
+  struct PStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<typename Config::SmemLayoutP>, 1024> p;
+  };
   static constexpr int kVElements =
       Config::kTransposeV ? cosize_v<typename Config::SmemLayoutKV> : Config::kPvOperandElements;
 
@@ -86,6 +90,7 @@ struct ForwardMainloop {
     alignas(1024) cute::array_aligned<Element, kVElements, 1024> v;
     conditional_t<Config::kTransposeV, TransposeStorage, NoStorage> transpose;
     conditional_t<Config::kOwnOutputBuffer, OutputStorage, NoStorage> output;
+    conditional_t<Config::kPFromShared, PStorage, NoStorage> p;
     cutlass::arch::ClusterTransactionBarrier q_full;
     // Completes once per tile when the epilogue no longer reads O from the P V operand's buffer
     // (unused with Config::kOwnOutputBuffer).
@@ -404,15 +409,37 @@ struct ForwardMainloop {
 
     typename Config::TiledMmaQK mma_qk;
     typename Config::TiledMmaPV mma_pv;
-    // Operands sliced per thread, not per warpgroup (warpgroup_operand_slice): with the slices'
-    // descriptors in uniform registers BF16 head_dim 256 ran 4-9% slower (FP8 even; performance log,
-    // 2026-12-05, second session).
-    auto thread_qk = mma_qk.get_thread_slice(thread_idx);
-    auto thread_pv = mma_pv.get_thread_slice(thread_idx);
-    Tensor tSrQ = thread_qk.partition_fragment_A(sQ);
-    Tensor tSrK = thread_qk.partition_fragment_B(sK);
-    Tensor tOrVt = thread_pv.partition_fragment_B(sVt);
-    Tensor tScS = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    // Shared-memory operands sliced per thread, not per warpgroup (warpgroup_operand_slice): with
+    // the slices' descriptors in uniform registers BF16 head_dim 256 ran 4-9% slower (FP8 even;
+    // performance log, 2026-12-05, second session). But per warpgroup where P comes from shared
+    // memory: the three operands' descriptors built per thread spilled its key loops (12-16 LDL a
+    // step; performance log, 2026-12-07 thirty-first).
+    static_assert(!(Config::kPFromShared && Config::kQInRegisters), "Q's register fragment is the thread's own");
+    auto operand_slice = [&](auto const& tiled_mma) {
+      if constexpr (Config::kPFromShared) {
+        return warpgroup_operand_slice(tiled_mma, thread_idx);
+      } else {
+        return tiled_mma.get_thread_slice(thread_idx);
+      }
+    };
+    auto operand_qk = operand_slice(mma_qk);
+    auto operand_pv = operand_slice(mma_pv);
+    Tensor tSrQ = operand_qk.partition_fragment_A(sQ);
+    Tensor tSrK = operand_qk.partition_fragment_B(sK);
+    Tensor tOrVt = operand_pv.partition_fragment_B(sVt);
+    Tensor tScS =
+        mma_qk.get_thread_slice(thread_idx).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    // With P from shared memory: P V's A operand (descriptors of P's buffer), and the offset of
+    // this lane's stores into it (stage_p).
+    auto tOsP = [&] {
+      if constexpr (Config::kPFromShared) {
+        Tensor sP = make_tensor(make_smem_ptr(shared.p.p.data()), typename Config::SmemLayoutP{});
+        return operand_pv.partition_fragment_A(sP)(_, _, _, 0);
+      } else {
+        return cute::false_type{};  // P stays in registers
+      }
+    }();
+    const uint32_t p_lane = p_lane_offset(thread_idx);
 
     constexpr int kRows = decltype(size<0>(accumulator_rows_cols(output.layout())))::value;
     using Softmax = OnlineSoftmax<kRows, kFp8, kKScaleChunks, Config::kRowOffsets>;
@@ -512,6 +539,7 @@ struct ForwardMainloop {
     softmax_step(scores, first_k_descales);  // the output is still zero: nothing to rescale
     timeline.stamp(TimelineEvent::kSoftmaxDone);
     Tensor p = convert_p(scores);
+    if constexpr (Config::kPFromShared) stage_p(shared, p, p_lane);
     // The rescale a step's new maxima ask of the output, applied in the next step while its Q K^T
     // runs on the tensor cores, just before the P V it must precede (FlashAttention-3's order),
     // rather than between the GEMMs of two steps.
@@ -528,8 +556,7 @@ struct ForwardMainloop {
       timeline.stamp(TimelineEvent::kTurn);
       warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index()), next_scores);
       Softmax::rescale_output(output, pending_rescale);
-      Tensor tOrP = p_as_operand(p);
-      warpgroup_gemm<false, false>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
+      warpgroup_gemm<false, false>(mma_pv, p_operand(p, tOsP), tOrVt(_, _, _, v_state.index()), output);
       pingpong.pass_turn();
       timeline.stamp(TimelineEvent::kIssued);
       warpgroup_wait<1>();  // S retired; P V may still run
@@ -546,6 +573,7 @@ struct ForwardMainloop {
       v_pipeline.consumer_release(v_state);
       ++v_state;
       p = convert_p(next_scores);
+      if constexpr (Config::kPFromShared) stage_p(shared, p, p_lane);  // the last P V has read P's buffer
     };
     for (--n_block; n_block >= unmasked_end; --n_block) overlapped_step(n_block, cute::true_type{});
     for (; n_block >= unmasked_begin; --n_block) overlapped_step(n_block, cute::false_type{});
@@ -557,8 +585,7 @@ struct ForwardMainloop {
     if constexpr (!Config::kQInRegisters) barrier_arrive(kNumMmaThreads + kProducerThreads, ForwardBarrier::kQueryEmpty);
     v_pipeline.consumer_wait(v_state);
     Softmax::rescale_output(output, pending_rescale);
-    Tensor tOrP = p_as_operand(p);
-    warpgroup_gemm<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_state.index()), output);
+    warpgroup_gemm<false, true>(mma_pv, p_operand(p, tOsP), tOrVt(_, _, _, v_state.index()), output);
     v_pipeline.consumer_release(v_state);
 
     lse = softmax.finalize(output, params.softmax_scale, kFp8 ? usable_scale(v_descale) : v_descale);
@@ -600,6 +627,56 @@ struct ForwardMainloop {
     } else {
       return make_tensor(p.data(), accumulator_as_operand_a(p.layout()));
     }
+  }
+  // P V's A operand: P's registers, or with Config::kPFromShared its buffer's descriptors `tOsP`.
+  template <class TensorP, class SharedP>
+  __device__ static auto p_operand(TensorP& p, SharedP const& tOsP) {
+    if constexpr (Config::kPFromShared) {
+      return tOsP;
+    } else {
+      return p_as_operand(p);
+    }
+  }
+
+  // P from shared memory (Config::kPFromShared). stmatrix x4 stores 16 rows x 16 keys of a warp's
+  // P as four 8 x 8 matrices: rows 0-7 of keys 0-7, rows 8-15 of keys 0-7, then the same of keys
+  // 8-15; lane t gives the address of row t % 8 of matrix t / 8, and holds of each matrix row t / 4,
+  // keys 2 (t % 4) and 2 (t % 4) + 1, just as the accumulator holds P (accumulator_rows_cols). A
+  // lane's address for keys 16h is its offset at keys 0 (p_lane_offset, taken once per tile) with
+  // 16h's offset XORed in (SwizzledOffsets), plus the buffer's address.
+  using POffsets = SwizzledOffsets<typename Config::SmemLayoutP, int(sizeof(Element))>;
+  // The coordinates a lane gives stmatrix (rows, keys) within its warp's 16 rows, which start
+  // whole swizzle periods apart: what SwizzledOffsets::decomposes checks over.
+  static constexpr int kPLaneRows = 16, kPLaneKeys = 16;
+
+  __device__ static uint32_t p_lane_offset(int thread_idx) {
+    if constexpr (Config::kPFromShared) {
+      const uint32_t lane = uint32_t(thread_idx) % 32, matrix = lane / 8;
+      const uint32_t row = 16 * (uint32_t(thread_idx) / 32) + lane % 8 + 8 * (matrix % 2);
+      return POffsets::swizzled(row, 8 * (matrix / 2), 0);
+    } else {
+      return 0;
+    }
+  }
+
+  // Stores the warp's P (convert_p's result) for P V to read: per 16 keys h, the thread's words of
+  // rows r and r + 8 for key groups 2h and 2h + 1, which are its A operand's k-step h
+  // (accumulator_as_operand_a). Each warpgroup's WGMMA reads its own 64 rows, and each warp's
+  // accumulator rows only its own 16: after the fence for the async proxy a warp sync suffices.
+  template <class TensorP>
+  __device__ static void stage_p(SharedStorage& shared, TensorP const& p, uint32_t lane_offset) {
+    static_assert(POffsets::decomposes(kPLaneRows, kPLaneKeys, kBlockM, kPLaneRows, kBlockN, 16),
+                  "P's swizzle does not split into a lane part and 16-key offsets");
+    Tensor words = recast<uint32_t>(p);
+    static_assert(decltype(size(words))::value == kBlockN / 4, "a thread holds 2 rows x 2 keys per 8 keys");
+    const uint32_t base = cast_smem_ptr_to_uint(shared.p.p.data());
+    CUTE_UNROLL
+    for (int h = 0; h < kBlockN / 16; ++h) {
+      store_matrix_x4(base + POffsets::offset(lane_offset, 0, 16 * h), words(4 * h), words(4 * h + 1),
+                      words(4 * h + 2), words(4 * h + 3));
+    }
+    cutlass::arch::fence_view_async_shared();
+    __syncwarp();
   }
 
   // Before the first tile: Q's buffer is free, and the first warpgroup has the first turn.
