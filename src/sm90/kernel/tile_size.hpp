@@ -156,7 +156,9 @@ constexpr int64_t kShortTileMaxRows = 16384;
 
 // Whether a problem runs on the short tile: one exists, the lengths are fixed (variable-length
 // batches keep the long tile: their lengths are on the device), and the long tile's computed cells,
-// discounted by its advantage per cell, exceed the short tile's.
+// discounted by its advantage per cell, exceed the short tile's. The cells are counted by whole
+// tiles, as the advantages were calibrated, although a warpgroup now skips the key blocks none of
+// its rows sees (mainloop.cuh's warpgroup_key_block_end), which the long tiles gain most from.
 template <class Long, class Short>
 bool takes_short_tile(bool varlen, bool causal, int64_t seqlen_q, int64_t seqlen_k) {
   if constexpr (!Short::kExists) {
