@@ -234,7 +234,8 @@ TEST(Sm90RegisterSplit, StaysWithinTheLaunchAllocation) {
 // 512 and 1k; 16-bit also non-causal 512 and 1k) and tiny ones; the measured losers (causal 2k, FP8
 // non-causal 512 and 1k) and long ones keep the long tile.
 TEST(Sm90TileChoice, ShortTileWhereTheLongOneWastesMost) {
-  static_assert(sm90::ShortTileSize<64, 2>::kExists && sm90::ShortTileSize<64, 1>::kExists);
+  static_assert(sm90::ShortTileSize<64, 2>::kExists && sm90::ShortTileSize<64, 1>::kExists &&
+                !sm90::ShortTileSize<128, 2>::kExists);
   auto prefers = [](auto element_bytes, bool causal, int64_t seqlen) {
     constexpr int kBytes = decltype(element_bytes)::value;
     return sm90::takes_short_tile<sm90::TileSize<64, kBytes>, sm90::ShortTileSize<64, kBytes>>(false, causal, seqlen,
@@ -256,31 +257,6 @@ TEST(Sm90TileChoice, ShortTileWhereTheLongOneWastesMost) {
   for (int64_t seqlen : {2048, 8192}) {
     EXPECT_FALSE(prefers(bits16, false, seqlen)) << seqlen;
     EXPECT_FALSE(prefers(fp8, false, seqlen)) << seqlen;
-  }
-}
-
-// 16-bit head_dim 128 runs 192 x 128 with 128 x 128 as its short tile, taken where the long tile
-// lost (causal 2k and 4k) and up to 1k; not where it won or tied (non-causal from 2k, causal from
-// 8k), nor for variable-length batches.
-TEST(Sm90TileChoice, SixteenBitHeadDim128ShortTileWhereTheLongOneLost) {
-  using Long = sm90::TileSize<128, 2>;
-  using Short = sm90::ShortTileSize<128, 2>;
-  static_assert(Long::kBlockM == 192 && Long::kBlockN == 128 && Short::kBlockM == 128 && Short::kBlockN == 128);
-  auto takes_short = [](bool varlen, bool causal, int64_t seqlen) {
-    return sm90::takes_short_tile<Long, Short>(varlen, causal, seqlen, seqlen);
-  };
-  for (int64_t seqlen : {1, 100, 512, 1000, 1024}) {
-    EXPECT_TRUE(takes_short(false, false, seqlen)) << seqlen;
-    EXPECT_TRUE(takes_short(false, true, seqlen)) << seqlen;
-    EXPECT_FALSE(takes_short(true, true, seqlen)) << seqlen;
-  }
-  for (int64_t seqlen : {2048, 4096}) {
-    EXPECT_TRUE(takes_short(false, true, seqlen)) << seqlen;
-    EXPECT_FALSE(takes_short(false, false, seqlen)) << seqlen;
-  }
-  for (int64_t seqlen : {8192, 16384, 1 << 20}) {
-    EXPECT_FALSE(takes_short(false, false, seqlen)) << seqlen;
-    EXPECT_FALSE(takes_short(false, true, seqlen)) << seqlen;
   }
 }
 

@@ -62,7 +62,7 @@ TEST(Sm90SwizzledOffsets, TheTransposeWalksDecomposeAtEveryFp8Tile) {
   check_tile<256>();
 }
 
-// 16-bit tiles whose P V reads P from shared memory (head_dim 128's 192 x 128, and 96's under
+// 16-bit tiles whose P V reads P from shared memory (head_dim 128's and 96's 192 x 128 under
 // trial, performance log, 2026-12-08 thirty-second): every element's offset, and every lane's
 // stmatrix address moved by each 16 keys (stage_p's walk), against the address CuTe's swizzled
 // tensor gives it in a buffer aligned as the kernel's. Swizzling element offsets instead of byte

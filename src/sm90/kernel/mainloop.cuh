@@ -500,10 +500,7 @@ struct ForwardMainloop {
     const int unmasked_end = mask.unmasked_key_block_end(tile.block);
     PipelineState& k_state = read_state;
     PipelineState v_state = read_state;  // V trails K by one block: P of the previous block waits for it
-    // The tile's first key blocks that no row of this warpgroup sees (skip_warpgroup_blocks) are
-    // released unread, so its first block may come later.
-    const int warpgroup_block_end = warpgroup_key_block_end(mask, tile, thread_idx, key_block_end);
-    int n_block = warpgroup_block_end - 1;
+    int n_block = key_block_end - 1;
     // Loaded with the Q scales: inside the step they would follow the first S's wait, a second
     // latency in series with the Q scales' (the later steps' loads ptxas hoists above their S's
     // wait). ptxas issues all of them just before the first Q K^T and checks them before its last
@@ -515,7 +512,6 @@ struct ForwardMainloop {
     // The first block has nothing to overlap with; it may cross the sequence end or the diagonal.
     // Its Q K^T reads Q from shared memory; with kQInRegisters, Q is loaded into registers under it
     // for the later blocks, and Q's buffer is then free for the next tile's Q.
-    skip_warpgroup_blocks(k_pipeline, v_pipeline, k_state, v_state, pingpong, key_block_end - warpgroup_block_end);
     Tensor scores = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
     k_pipeline.consumer_wait(k_state);
     if constexpr (Config::kQInRegisters) {
@@ -712,38 +708,6 @@ struct ForwardMainloop {
       if constexpr (Config::kPingpong) barrier_arrive(kThreads, ForwardBarrier::kWarpgroupTurn, next_turn);
     }
   };
-
-  // A warpgroup computes only the key blocks its own 64 rows see: where a tile's rows span more
-  // than one key block of the causal diagonal (192 rows against 128 keys: one or two of the three
-  // warpgroups see none of the tile's last block), and where its rows lie past the sequence's end
-  // (a 192-row tile over 1,024 rows: two warpgroups), the tile's blocks would cost it GEMMs whose
-  // scores the mask or the epilogue drops. Its rows then waste no more than 64-row tiles would.
-  // At least one block: the key loop's first block starts the softmax, and rows that see no key at
-  // all get there what every masked block gives them.
-  __device__ static int warpgroup_key_block_end(Mask const& mask, PairBlock const& tile, int thread_idx,
-                                                int key_block_end) {
-    const int first_row = tile.block * kBlockM + 64 * uniform_warpgroup_of(thread_idx);
-    if (first_row >= mask.seqlen_q) return 1;
-    return max(1, min(key_block_end, mask.key_block_end_through(min(mask.seqlen_q, first_row + 64) - 1)));
-  }
-  // The blocks warpgroup_key_block_end leaves out, the tile's first `blocks`: each waited for
-  // (its stage may be released only once the producer has refilled it, when every warpgroup has
-  // released it before) and released, and its turn (pingpong) taken and passed, so that every
-  // warpgroup takes as many turns per tile as the others.
-  template <class PvPipeline>
-  __device__ static void skip_warpgroup_blocks(Pipeline& k_pipeline, PvPipeline& v_pipeline, PipelineState& k_state,
-                                               PipelineState& v_state, Pingpong const& pingpong, int blocks) {
-    for (int i = 0; i < blocks; ++i) {
-      k_pipeline.consumer_wait(k_state);
-      k_pipeline.consumer_release(k_state);
-      ++k_state;
-      v_pipeline.consumer_wait(v_state);
-      v_pipeline.consumer_release(v_state);
-      ++v_state;
-      pingpong.wait_turn();
-      pingpong.pass_turn();
-    }
-  }
 };
 
 }  // namespace hopattn::sm90

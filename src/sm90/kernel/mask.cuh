@@ -25,10 +25,7 @@ struct BlockMask {
 
   // Key blocks [0, end) hold every key some row of query block m_block sees; 0 when it sees none.
   __device__ __forceinline__ int key_block_end(int m_block) const {
-    return key_block_end_through(min(seqlen_q, (m_block + 1) * kBlockM) - 1);
-  }
-  // The same for the rows up to last_row (< seqlen_q): the keys its last row sees.
-  __device__ __forceinline__ int key_block_end_through(int last_row) const {
+    const int last_row = min(seqlen_q, (m_block + 1) * kBlockM) - 1;
     const int key_end = int(visible_key_end(kCausal, last_row, seqlen_q, seqlen_k));
     return key_end == 0 ? 0 : ceil_div(key_end + shift(), kBlockN);
   }

@@ -7,12 +7,12 @@
 // head_dim each; FP8 a transposed copy of V as well), under 227 KB.
 //
 // 16-bit inputs:
-//   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V (+ P)
-//   64        192 x 128          2       32 + 64 + 32           24 + 32 + 32      =  88 KB
-//   96        128 x 128          2       48 + 64 + 32           24 + 48 + 48      = 120 KB
-//   128       192 x 128          2       64 + 64 (P shared)     48 + 64 + 64 + 48 = 224 KB
-//   192       128 x  96          2       96 + 48 + 24           48 + 72 + 72      = 192 KB
-//   256       128 x  80          2      128 + 40 + 20           64 + 80 + 80      = 224 KB
+//   head_dim  kBlockM x kBlockN  stages  registers: O + S + P   shared memory: Q + K + V
+//   64        192 x 128          2       32 + 64 + 32           24 + 32 + 32 =  88 KB
+//   96        128 x 128          2       48 + 64 + 32           24 + 48 + 48 = 120 KB
+//   128       128 x 128          2       64 + 64 + 32           32 + 64 + 64 = 160 KB
+//   192       128 x  96          2       96 + 48 + 24           48 + 72 + 72 = 192 KB
+//   256       128 x  80          2      128 + 40 + 20           64 + 80 + 80 = 224 KB
 //
 // Two consumer warpgroups at 16-bit up to head_dim 128 also hold their Q rows (64 x head_dim / 256:
 // 16-32 registers; config.hpp's kQInRegisters), and in shared memory O in a buffer of its own
@@ -21,9 +21,6 @@
 //
 // head_dim 64 has the least GEMM work per score, so it takes three consumer warpgroups (kBlockM 192)
 // to keep more softmax in flight; its registers fit the smaller per-thread budget of three.
-// head_dim 128's do not (64 + 64 + 32 of 160), so its three warpgroups store P in shared memory
-// and P V reads it there (config.hpp's kPFromShared); FlashAttention-3's tile table lists the same
-// shape as an option.
 // The softmax of one block overlaps the P V of the previous one (mainloop.cuh), so a second score
 // tile is live as well: head_dim 192 keeps kBlockN at 96 for that register headroom. head_dim 256
 // is bound by shared memory: kBlockN = 80 is the largest multiple of 16 for which two stages of K
@@ -49,11 +46,11 @@
 // 128 x 128 than on 128 x 192, and 12-14% faster at 512 and 1k (performance log, 2026-12-07
 // twenty-fourth). V given transposed keeps 128 x 192, with 128 x 128 as its short tile.
 //
-// head_dim 64, 16-bit and FP8, and 16-bit head_dim 128 have a second, shorter tile (ShortTileSize:
-// 128 x 128, two consumer warpgroups, in pingpong at 16-bit) for the problems where 192 rows waste
-// most: 192 does not divide the usual sequence lengths, and its causal diagonal blocks are half
-// masked. At 512 tokens, causal, the 192 x 128 tile computes 1.35x the cells 128 x 128 does, at 1k
-// 1.33x, at 2k 1.11x, at 4k 1.09x, at 8k 1.03x; non-causal 1.125x up to 1k, 1.03x at 2k. FP8 head_dim 128 with V given transposed has one too, for
+// head_dim 64, 16-bit and FP8, has a second, shorter tile (ShortTileSize: 128 x 128, two consumer
+// warpgroups, in pingpong at 16-bit) for the problems where 192 rows waste most: 192 does not
+// divide the usual sequence lengths, and its causal diagonal blocks are half masked. At 512 tokens,
+// causal, the 192 x 128 tile computes 1.35x the cells 128 x 128 does, at 1k 1.33x, at 2k 1.11x, at
+// 8k 1.03x; non-causal 1.125x up to 1k. FP8 head_dim 128 with V given transposed has one too, for
 // its 192 keys (128 x 128: the 192-key blocks compute 1.125x its cells up to 1k, 1.06x at 2k
 // causal, 1.03x at 2k non-causal and 4k). Where that waste outweighs the longer tile's advantage
 // per computed cell (ShortTileSize's kLongTileAdvantage), the launch takes the short one
@@ -81,7 +78,7 @@ struct TileSize<96, 2> {
 };
 template <>
 struct TileSize<128, 2> {
-  static constexpr int kBlockM = 192, kBlockN = 128, kStages = 2;
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
 };
 template <>
 struct TileSize<192, 2> {
@@ -130,16 +127,6 @@ struct ShortTileSize<64, kElementBytes, kTransposesV> {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr double kLongTileAdvantage = kElementBytes == 2 ? 1.12 : 1.25;
 };
-// 16-bit head_dim 128 (192 x 128): 128 x 128 won where the long tile computes 1.11x its cells
-// (causal 2k: +7-9%) and 1.09x (causal 4k: 0-3.5%); the long tile won at 1.03x (non-causal 2k:
-// +3%; causal 8k: +2-5%) and tied at 1.023x (causal 16k). Up to 1k (1.125x and more) was not
-// measured on the long tile and goes short (performance log, 2026-12-07 thirty-first).
-template <>
-struct ShortTileSize<128, 2> {
-  static constexpr bool kExists = true;
-  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
-  static constexpr double kLongTileAdvantage = 1.06;
-};
 // FP8 head_dim 128, V given transposed (128 x 192): 128 x 128 won where the long tile computes
 // 1.125x its cells (512 and 1k: +7-13%) and 1.06x (causal 2k: +5%), and lost or tied at 1.03x
 // (non-causal 2k: even; non-causal 4k: -2%) and 1.01x (8k: -2..-4%); causal 4k (1.03x) won 2%,
@@ -156,9 +143,7 @@ constexpr int64_t kShortTileMaxRows = 16384;
 
 // Whether a problem runs on the short tile: one exists, the lengths are fixed (variable-length
 // batches keep the long tile: their lengths are on the device), and the long tile's computed cells,
-// discounted by its advantage per cell, exceed the short tile's. The cells are counted by whole
-// tiles, as the advantages were calibrated, although a warpgroup now skips the key blocks none of
-// its rows sees (mainloop.cuh's warpgroup_key_block_end), which the long tiles gain most from.
+// discounted by its advantage per cell, exceed the short tile's.
 template <class Long, class Short>
 bool takes_short_tile(bool varlen, bool causal, int64_t seqlen_q, int64_t seqlen_k) {
   if constexpr (!Short::kExists) {
