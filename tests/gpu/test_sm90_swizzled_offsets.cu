@@ -2,10 +2,13 @@
 // layouts of every FP8 tile the kernels are built with, the per-axis proof the transpose's static
 // assertion relies on agrees with a brute force over every lane coordinate, unit, stage and order,
 // and the proof rejects a walk whose units overlap the lane's own bits. For the 16-bit P buffer
-// (P from shared memory), its offsets are the byte offsets CuTe itself addresses the buffer with.
+// (P from shared memory), its offsets are the byte offsets CuTe itself addresses the buffer with,
+// and stage_p's stmatrix stores, simulated lane by lane, put each score where P V reads it.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "sm90/kernel/config.hpp"
 #include "sm90/kernel/mainloop.cuh"
@@ -101,10 +104,69 @@ void check_p_buffer() {
   }
 }
 
+// stage_p's stores simulated for every consumer thread: stmatrix x4 writes register j of lane t to
+// row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1 of matrix j, at the row address lane 8j + t / 4 of
+// the warp gives (p_lane_offset, moved by each 16 keys). Every score must land where CuTe's P
+// buffer holds its (row, key), as the accumulator's coordinates give them, and each warpgroup's
+// slice of P V's A operand must read its own 64 rows there.
+template <class Element, int kHeadDim, int kRows, int kKeys>
+void check_p_stores() {
+  using Config = ForwardConfig<Element, Element, kHeadDim, kRows, kKeys, /*kStages=*/2>;
+  using Mainloop = ForwardMainloop<Config, false>;
+  using Offsets = typename Mainloop::POffsets;
+  SCOPED_TRACE("head_dim " + std::to_string(kHeadDim) + ", " + std::to_string(kRows) + " x " + std::to_string(kKeys));
+  alignas(1024) static Element buffer[cute::cosize_v<typename Config::SmemLayoutP>];
+  auto sP = cute::make_tensor(cute::make_smem_ptr(buffer), typename Config::SmemLayoutP{});
+  auto offset_of = [&](auto const& element) {
+    return uint32_t(reinterpret_cast<char const*>(&element) - reinterpret_cast<char const*>(buffer));
+  };
+  typename Config::TiledMmaQK mma_qk;
+  const auto fragment = cute::partition_fragment_C(mma_qk, cute::Shape<cute::Int<kRows>, cute::Int<kKeys>>{}).layout();
+  std::vector<int> value_at(cute::cosize(fragment));  // a fragment's register slot -> its value index
+  for (int i = 0; i < cute::size(fragment); ++i) value_at[fragment(i)] = i;
+  int misplaced = 0;
+  for (int thread = 0; thread < Config::kNumMmaThreads; ++thread) {
+    const auto coords = mma_qk.get_thread_slice(thread).partition_C(
+        cute::make_identity_tensor(cute::Shape<cute::Int<kRows>, cute::Int<kKeys>>{}));
+    const int lane = thread % 32, warp_first = thread - lane;
+    for (int h = 0; h < kKeys / 16; ++h) {
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t row_address = Offsets::offset(Mainloop::p_lane_offset(warp_first + 8 * j + lane / 4), 0, 16 * h);
+        for (int half = 0; half < 2; ++half) {
+          const auto coord = coords(value_at[2 * (4 * h + j) + half]);
+          const uint32_t stored = row_address + sizeof(Element) * (2 * (lane % 4) + half);
+          misplaced += stored != offset_of(sP(cute::get<0>(coord), cute::get<1>(coord), 0));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(misplaced, 0);
+  typename Config::TiledMmaPV mma_pv;
+  int misread = 0;
+  for (int warpgroup = 0; warpgroup < Config::kNumConsumerWarpgroups; ++warpgroup) {
+    const auto operand = mma_pv.get_thread_slice(128 * warpgroup).partition_A(sP);  // (MMA, 1, K steps, 1)
+    for (int k = 0; k < cute::size<2>(operand); ++k) {
+      for (int m = 0; m < 64; ++m) {
+        for (int key = 0; key < 16; ++key) {
+          misread += offset_of(operand(cute::make_coord(m, key), 0, k, 0)) !=
+                     offset_of(sP(64 * warpgroup + m, 16 * k + key, 0));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(misread, 0);
+}
+
 TEST(Sm90SwizzledOffsets, SixteenBitOffsetsAreCuteAddresses) {
   check_p_buffer<cutlass::bfloat16_t, 128, 192, 128>();
   check_p_buffer<cutlass::half_t, 128, 192, 128>();
   check_p_buffer<cutlass::bfloat16_t, 96, 192, 128>();
+}
+
+TEST(Sm90SwizzledOffsets, StagedPLandsWherePVReadsIt) {
+  check_p_stores<cutlass::bfloat16_t, 128, 192, 128>();
+  check_p_stores<cutlass::half_t, 128, 192, 128>();
+  check_p_stores<cutlass::bfloat16_t, 96, 192, 128>();
 }
 
 }  // namespace

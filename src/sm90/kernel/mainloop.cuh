@@ -649,7 +649,7 @@ struct ForwardMainloop {
   // whole swizzle periods apart: what SwizzledOffsets::decomposes checks over.
   static constexpr int kPLaneRows = 16, kPLaneKeys = 16;
 
-  __device__ static uint32_t p_lane_offset(int thread_idx) {
+  CUTE_HOST_DEVICE static uint32_t p_lane_offset(int thread_idx) {
     if constexpr (Config::kPFromShared) {
       const uint32_t lane = uint32_t(thread_idx) % 32, matrix = lane / 8;
       const uint32_t row = 16 * (uint32_t(thread_idx) / 32) + lane % 8 + 8 * (matrix % 2);
