@@ -99,8 +99,8 @@ struct ForwardConfig {
       decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, QKShape>(), WarpgroupLayout{})),
       TiledMmaQKShared>;
   // P from shared memory (kPFromShared), an option of FlashAttention-3's tile table: three 16-bit
-  // consumer warpgroups whose O, S and P would exceed the 128 registers a thread that leaves the
-  // key loop's other state room. Each warpgroup then stores its P (64 x kBlockN) to a buffer of its
+  // consumer warpgroups whose O, S and P would take more than 128 of a thread's 160 registers,
+  // too many beside the key loop's other state. Each warpgroup then stores its P (64 x kBlockN) to a buffer of its
   // own rows and P V reads it there, so only O and S stay in registers (head_dim 128's 192 x 128:
   // 64 + 64 of 160), and each warpgroup's softmax hides under four GEMMs of the other two rather
   // than two. Measured +3-9% non-causal at head_dim 128 from 2k keys over 128 x 128, though both

@@ -38,8 +38,8 @@ struct SwizzledOffsets {
   }
 
   // Whether offset() gives the swizzled address for lanes at rows [0, lane_rows) and 16-byte
-  // columns [0, lane_cols) (in elements), units at multiples of row_step below rows and col_step below cols,
-  // applied in either order. Checked per axis, which keeps it within the compiler's constexpr
+  // columns [0, lane_cols) (counted in elements), units at multiples of row_step below rows and
+  // col_step below cols, applied in either order. Checked per axis, which keeps it within the compiler's constexpr
   // budget: each row unit is a whole number of periods, added to the lane's rows without carry
   // into another mode (the layout's modes add), so it moves every address by the same amount;
   // each column unit is checked against every lane; a stage is a whole number of periods.
