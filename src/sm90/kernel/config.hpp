@@ -99,13 +99,14 @@ struct ForwardConfig {
       decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, QKShape>(), WarpgroupLayout{})),
       TiledMmaQKShared>;
   // P from shared memory (kPFromShared), an option of FlashAttention-3's tile table: three 16-bit
-  // consumer warpgroups whose O, S and P would take more than 128 of a thread's 160 registers,
-  // too many beside the key loop's other state. Each warpgroup then stores its P (64 x kBlockN) to a buffer of its
-  // own rows and P V reads it there, so only O and S stay in registers (head_dim 128's 192 x 128:
-  // 64 + 64 of 160), and each warpgroup's softmax hides under four GEMMs of the other two rather
-  // than two. Measured +3-9% non-causal at head_dim 128 from 2k keys over 128 x 128, though both
-  // GEMMs then read A from shared memory (performance log, 2026-12-07 thirty-first). No tile takes
-  // it yet: head_dim 128's 192 x 128 waits for its GPU tests (2026-12-08, thirty-second).
+  // consumer warpgroups whose O, S and P would take more than 128 of a thread's 160 registers, too
+  // many beside the key loop's other state. Each warpgroup then stores its P (64 x kBlockN) to a
+  // buffer of its own rows and P V reads it there, so only O and S stay in registers (head_dim
+  // 128's 192 x 128: 64 + 64 of 160), and each warpgroup's softmax hides under four GEMMs of the
+  // other two rather than two. Measured +3-9% non-causal at head_dim 128 from 2k keys over
+  // 128 x 128, though both GEMMs then read A from shared memory (performance log, 2026-12-07
+  // thirty-first). No tile takes it yet: head_dim 128's 192 x 128 waits for its GPU tests
+  // (2026-12-08, thirty-second).
   static constexpr bool kPFromShared = !kFp8 && kNumConsumerWarpgroups == 3 && kFragmentRegisters > 128;
   using PVShape = Shape<_64, Int<kHeadDim>, Int<kBlockN>>;
   static constexpr GMMA::Major kVtMajor = kFp8 ? GMMA::Major::K : GMMA::Major::MN;

@@ -27,24 +27,30 @@ struct SwizzledOffsets {
   static_assert(kPeriod <= 1024);
   static constexpr int kStages = decltype(cute::size<2>(SwizzledLayout{}))::value;
 
+  // The offset of (row, col, stage) in bytes before the swizzle, in the layout's own integer type:
+  // cast to uint32_t before the swizzle, it changed the FP8 transposes' address arithmetic.
+  CUTE_HOST_DEVICE static constexpr auto unswizzled(uint32_t row, uint32_t col, uint32_t stage) {
+    return kElementBytes * linear()(row, col, stage);
+  }
   // The swizzled offset of (row, col, stage): a lane's address at the tile's origin.
   CUTE_HOST_DEVICE static constexpr uint32_t swizzled(uint32_t row, uint32_t col, uint32_t stage) {
-    return uint32_t(Swizzle{}(kElementBytes * linear()(row, col, stage)));
+    return uint32_t(Swizzle{}(unswizzled(row, col, stage)));
   }
   // `base` moved by the unit at (row0, col0).
   CUTE_HOST_DEVICE static constexpr uint32_t offset(uint32_t base, uint32_t row0, uint32_t col0) {
-    const uint32_t unit = uint32_t(kElementBytes * linear()(row0, col0, 0));
+    const uint32_t unit = uint32_t(unswizzled(row0, col0, 0));
     return (base ^ (unit % kPeriod)) + (unit - unit % kPeriod);
   }
 
   // Whether offset() gives the swizzled address for lanes at rows [0, lane_rows) and 16-byte
   // columns [0, lane_cols) (counted in elements), units at multiples of row_step below rows and
-  // col_step below cols, applied in either order. Checked per axis, which keeps it within the compiler's constexpr
-  // budget: each row unit is a whole number of periods, added to the lane's rows without carry
-  // into another mode (the layout's modes add), so it moves every address by the same amount;
-  // each column unit is checked against every lane; a stage is a whole number of periods.
+  // col_step below cols, applied in either order. Checked per axis, which keeps it within the
+  // compiler's constexpr budget: each row unit is a whole number of periods, added to the lane's
+  // rows without carry into another mode (the layout's modes add), so it moves every address by the
+  // same amount; each column unit is checked against every lane; a stage is a whole number of
+  // periods.
   static constexpr bool decomposes(int lane_rows, int lane_cols, int rows, int row_step, int cols, int col_step) {
-    auto bytes = [](int row, int col, int stage) { return uint32_t(kElementBytes * linear()(row, col, stage)); };
+    auto bytes = [](int row, int col, int stage) { return uint32_t(unswizzled(row, col, stage)); };
     if (kStages > 1 && bytes(0, 0, 1) % kPeriod != 0) return false;
     for (int row0 = 0; row0 < rows; row0 += row_step) {
       const uint32_t unit = bytes(row0, 0, 0);
